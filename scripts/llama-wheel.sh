@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Build (once) and install the pinned llama-cpp-python wheel into a virtualenv.
+#
+#   scripts/llama-wheel.sh PYTHON
+#
+# The wheel is cached under $DUO_HOME/wheels (default ~/.cache/duo/wheels), keyed by
+# the version and the CMake flags, so a second setup on the same machine reinstalls
+# in seconds instead of rebuilding llama.cpp (~8 minutes on 2 cores).
+#
+# CPU flags: a `-march=native` build of llama.cpp segfaults in quantized matmul on
+# some AVX-512 CPUs that also report AMX. On x86-64 we therefore build with explicit
+# ISA flags read from /proc/cpuinfo (GGML_NATIVE=OFF); elsewhere we keep the native
+# build. Set DUO_CMAKE_ARGS to override the flags entirely.
+set -euo pipefail
+
+PY=${1:?usage: llama-wheel.sh PYTHON}
+VERSION=0.3.36
+CACHE=${DUO_HOME:-$HOME/.cache/duo}/wheels
+
+cpu_flags() {
+  local args="-DGGML_RPC=ON"
+  if [[ "$(uname -m)" == "x86_64" && -r /proc/cpuinfo ]]; then
+    local f
+    f=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+    has() { [[ "$f" == *" $1 "* ]]; }
+    onoff() { if has "$1"; then echo ON; else echo OFF; fi; }
+    args+=" -DGGML_NATIVE=OFF -DGGML_AVX=$(onoff avx) -DGGML_AVX2=$(onoff avx2)"
+    args+=" -DGGML_FMA=$(onoff fma) -DGGML_F16C=$(onoff f16c)"
+    args+=" -DGGML_AVX512=$(onoff avx512f) -DGGML_AVX512_VNNI=$(onoff avx512_vnni)"
+    args+=" -DGGML_AVX512_BF16=$(onoff avx512_bf16) -DGGML_AVX512_VBMI=$(onoff avx512vbmi)"
+    args+=" -DGGML_AVX_VNNI=$(onoff avx_vnni)"
+  fi
+  echo "$args"
+}
+
+ARGS=${DUO_CMAKE_ARGS:-$(cpu_flags)}
+KEY=$(printf '%s %s %s' "$VERSION" "$ARGS" "$("$PY" -c 'import sys; print(sys.implementation.cache_tag)')" | sha256sum | cut -c1-16)
+DIR="$CACHE/llama-cpp-python-$VERSION-$KEY"
+
+if "$PY" -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$VERSION')" 2>/dev/null \
+   && [[ -f "$DIR/.installed-in-$(echo "$PY" | sha256sum | cut -c1-8)" ]]; then
+  exit 0
+fi
+
+if ! ls "$DIR"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+  echo "duo: building llama-cpp-python $VERSION once (about 8 minutes on 2 cores)"
+  echo "duo: CMAKE_ARGS=$ARGS"
+  mkdir -p "$DIR.tmp"
+  CMAKE_ARGS="$ARGS" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc 2>/dev/null || echo 2) \
+    "$PY" -m pip wheel --no-deps --no-binary llama-cpp-python \
+    "llama-cpp-python==$VERSION" -w "$DIR.tmp"
+  echo "$ARGS" > "$DIR.tmp/CMAKE_ARGS"
+  rm -rf "$DIR" && mv "$DIR.tmp" "$DIR"
+fi
+"$PY" -m pip install --quiet --force-reinstall --no-deps "$DIR"/llama_cpp_python-*.whl
+"$PY" -m pip install --quiet "numpy>=1.20" "typing-extensions>=4.5" "diskcache>=5.6.1" "jinja2>=2.11.3"
+touch "$DIR/.installed-in-$(echo "$PY" | sha256sum | cut -c1-8)"

@@ -1,0 +1,3 @@
+"""duo: asynchronous, distributed speculative decoding on llama.cpp."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,279 @@
+"""The only module that talks to llama.cpp (through llama-cpp-python's C bindings).
+
+A `Model` owns one llama model and one context (one sequence). It keeps the list of
+tokens whose keys/values sit in its KV cache, so callers can reuse a shared prefix and
+roll back past rejected draft tokens:
+
+    model.decode(tokens)  -> logits for each new token (a view, valid until next decode)
+    model.truncate(n)     -> forget every KV entry at position >= n
+
+Everything else in duo talks to this small surface, so it can be tested with a fake.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from duo.errors import ModelError, PromptTooLong
+
+log = logging.getLogger(__name__)
+
+Logits = npt.NDArray[np.float32]
+
+_GGUF_MAGIC = b"GGUF"
+_init_lock = threading.Lock()
+_initialised = False
+_log_callback: Any = None  # kept alive for as long as llama.cpp may call it
+
+
+def _llama() -> Any:
+    """Import llama_cpp lazily and initialise the backend once per process."""
+    global _initialised, _log_callback
+    import llama_cpp
+
+    with _init_lock:
+        if not _initialised:
+            llama_cpp.llama_backend_init()
+            _log_callback = llama_cpp.llama_log_callback(_forward_log)
+            llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+            _initialised = True
+    return llama_cpp
+
+
+def _forward_log(level: int, text: bytes, _user: Any) -> None:
+    # llama.cpp is chatty at load; route it to DEBUG (errors stay visible).
+    message = text.decode("utf-8", "replace").rstrip("\n")
+    if message:
+        log.log(logging.ERROR if level == 2 else logging.DEBUG, "llama.cpp: %s", message)
+
+
+class Model:
+    """One GGUF model with its own context and KV cache (a single sequence)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        n_ctx: int = 4096,
+        n_threads: int = 1,
+        n_gpu_layers: int = 0,
+        n_batch: int = 512,
+    ) -> None:
+        self.path = Path(path)
+        _check_gguf_file(self.path)
+        lib = _llama()
+        self._lib = lib
+
+        mparams = lib.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        self._model = lib.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self._model:
+            raise ModelError(f"llama.cpp could not load {self.path} (corrupt or unsupported GGUF)")
+        if lib.llama_model_is_recurrent(self._model) or lib.llama_model_is_hybrid(self._model):
+            lib.llama_model_free(self._model)
+            raise ModelError(
+                f"{self.path.name}: recurrent/hybrid models cannot roll back their state "
+                "to a token position, which speculative decoding needs"
+            )
+
+        n_ctx = min(n_ctx, lib.llama_model_n_ctx_train(self._model)) if n_ctx > 0 else 0
+        cparams = lib.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_seq_max = 1
+        cparams.n_threads = n_threads
+        cparams.n_threads_batch = n_threads
+        cparams.no_perf = True
+        self._ctx = lib.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            lib.llama_model_free(self._model)
+            raise ModelError(f"llama.cpp could not create a context for {self.path}")
+
+        self._vocab = lib.llama_model_get_vocab(self._model)
+        self._mem = lib.llama_get_memory(self._ctx)
+        self.n_vocab: int = lib.llama_vocab_n_tokens(self._vocab)
+        self.n_ctx: int = lib.llama_n_ctx(self._ctx)
+        self.n_batch = n_batch
+        self.n_threads = n_threads
+        self.tokens: list[int] = []  # the tokens whose KV is in the cache, in order
+        self._batch = lib.llama_batch_init(n_batch, 0, 1)
+        self._pieces: dict[int, bytes] = {}
+        self._fingerprint: str | None = None
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None):
+            self._lib.llama_batch_free(self._batch)
+            self._lib.llama_free(self._ctx)
+            self._lib.llama_model_free(self._model)
+            self._ctx = None
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- evaluation ------------------------------------------------------------------
+
+    def decode(self, tokens: Sequence[int], *, all_logits: bool = True) -> Logits:
+        """Append `tokens` to the KV cache; return logits of shape (rows, n_vocab).
+
+        With all_logits, one row per token (row i predicts the token after tokens[i]);
+        otherwise only the last token's row. The array is a view into llama.cpp's
+        buffer: use it before the next decode.
+        """
+        if not tokens:
+            raise ValueError("decode needs at least one token")
+        if len(self.tokens) + len(tokens) > self.n_ctx:
+            raise PromptTooLong(
+                f"{len(self.tokens) + len(tokens)} tokens do not fit the context of {self.n_ctx}"
+            )
+        lib = self._lib
+        rows = 0
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            last_chunk = start + self.n_batch >= len(tokens)
+            batch = self._batch
+            pos0 = len(self.tokens)
+            for i, token in enumerate(chunk):
+                batch.token[i] = token
+                batch.pos[i] = pos0 + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = all_logits or (last_chunk and i == len(chunk) - 1)
+            batch.n_tokens = len(chunk)
+            status = lib.llama_decode(self._ctx, batch)
+            if status != 0:
+                self.truncate(pos0)
+                raise ModelError(f"llama_decode failed with status {status}")
+            self.tokens.extend(chunk)
+            rows = len(chunk) if all_logits else 1
+        pointer = lib.llama_get_logits(self._ctx)
+        logits: Logits = np.ctypeslib.as_array(pointer, shape=(rows, self.n_vocab))
+        return logits
+
+    def truncate(self, n: int) -> None:
+        """Forget the KV entries at positions >= n."""
+        if n >= len(self.tokens):
+            return
+        if not self._lib.llama_memory_seq_rm(self._mem, 0, n, -1):
+            raise ModelError("llama.cpp refused to remove part of the KV cache")
+        del self.tokens[n:]
+
+    def reuse_prefix(self, tokens: Sequence[int]) -> int:
+        """Keep the longest KV prefix shared with `tokens`; return its length."""
+        n = 0
+        limit = min(len(self.tokens), len(tokens))
+        while n < limit and self.tokens[n] == tokens[n]:
+            n += 1
+        self.truncate(n)
+        return n
+
+    # -- vocabulary ------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 16
+        buf = (ctypes.c_int32 * capacity)()
+        n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special, True)
+        if n < 0:
+            capacity = -n
+            buf = (ctypes.c_int32 * capacity)()
+            n = self._lib.llama_tokenize(
+                self._vocab, data, len(data), buf, capacity, add_special, True
+            )
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token stands for (special tokens render as nothing)."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            buf = ctypes.create_string_buffer(64)
+            n = self._lib.llama_token_to_piece(self._vocab, token, buf, 64, 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = self._lib.llama_token_to_piece(self._vocab, token, buf, -n, 0, False)
+            cached = self._pieces[token] = buf.raw[:n]
+        return cached
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._lib.llama_vocab_is_eog(self._vocab, token))
+
+    def token_text(self, token: int) -> str:
+        raw: bytes = self._lib.llama_vocab_get_text(self._vocab, token)
+        return raw.decode("utf-8", "replace")
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of the vocabulary: equal fingerprints mean interchangeable token IDs."""
+        if self._fingerprint is None:
+            h = hashlib.sha256()
+            h.update(f"{self._lib.llama_vocab_type(self._vocab)}:{self.n_vocab}".encode())
+            for token in range(self.n_vocab):
+                h.update(self._lib.llama_vocab_get_text(self._vocab, token) or b"")
+                h.update(b"\0")
+            self._fingerprint = h.hexdigest()[:16]
+        return self._fingerprint
+
+    # -- metadata --------------------------------------------------------------------
+
+    @property
+    def description(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        self._lib.llama_model_desc(self._model, buf, 256)
+        return buf.value.decode("utf-8", "replace")
+
+    def chat_template(self) -> str | None:
+        raw = self._lib.llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8", "replace") if raw else None
+
+    def render_chat(self, messages: Sequence[dict[str, str]]) -> str:
+        """The prompt text for a chat, from the GGUF's own Jinja chat template."""
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = self.chat_template()
+        if template is None:
+            # No template in the file: a plain transcript the model can continue.
+            lines = [f"{m['role']}: {m['content']}" for m in messages]
+            return "\n".join([*lines, "assistant:"])
+        eos = self.token_text(self._lib.llama_vocab_eos(self._vocab))
+        bos = self.token_text(self._lib.llama_vocab_bos(self._vocab))
+        formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
+        prompt: str = formatter(messages=list(messages)).prompt  # type: ignore[arg-type]
+        return prompt
+
+
+def _check_gguf_file(path: Path) -> None:
+    if not path.is_file():
+        raise ModelError(f"model file not found: {path}")
+    with path.open("rb") as f:
+        if f.read(4) != _GGUF_MAGIC:
+            raise ModelError(f"{path} is not a GGUF file")
+
+
+def quantize(src: Path, dst: Path, ftype: str, n_threads: int = 0) -> None:
+    """Write `src` re-quantized to `ftype` (e.g. "F16", "Q3_K_M", "Q2_K") at `dst`."""
+    lib = _llama()
+    params = lib.llama_model_quantize_default_params()
+    params.ftype = getattr(lib, f"LLAMA_FTYPE_MOSTLY_{ftype}")
+    params.allow_requantize = True
+    params.nthread = n_threads
+    status = lib.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    if status != 0:
+        raise ModelError(f"quantizing {src.name} to {ftype} failed (status {status})")

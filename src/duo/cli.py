@@ -1,0 +1,242 @@
+"""`duo` command line: main(argv) -> exit code. Flags follow llama.cpp's names."""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from duo import __version__
+from duo.engine import Round
+from duo.errors import DuoError, UsageError
+from duo.local import MODES, ModelConfig, Session, SpecConfig, parse_pin, resolve_models
+from duo.models import PAIRS, is_ready, prepare, verify_file
+
+GREEN = "\x1b[32m"
+RESET = "\x1b[0m"
+DEMO_PROMPT = "Explain the difference between concurrency and parallelism in Python."
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("models")
+    g.add_argument("-m", "--model", help="main model GGUF (default: the default pair's main)")
+    g.add_argument("-md", "--model-draft", help="draft model GGUF (default: the pair's draft)")
+    g.add_argument("--pair", help=f"a named default pair: {', '.join(PAIRS)} (default smollm2)")
+    g.add_argument("-t", "--threads", type=positive, default=1, help="main model threads")
+    g.add_argument("-td", "--threads-draft", type=positive, default=1, help="draft threads")
+    g.add_argument("-ngl", "--n-gpu-layers", type=non_negative, default=0, help="main layers on GPU")
+    g.add_argument("-ngld", "--n-gpu-layers-draft", type=non_negative, default=0,
+                   help="draft layers on GPU")
+    g.add_argument("-c", "--ctx-size", type=positive, default=4096, help="context size")
+
+
+def add_spec_args(p: argparse.ArgumentParser, default_mode: str = "async") -> None:
+    g = p.add_argument_group("speculation")
+    g.add_argument("--mode", choices=MODES, default=default_mode,
+                   help="target: main model alone; sync: draft then verify; "
+                   "async: concurrent drafter (default %(default)s)")
+    g.add_argument("--draft", type=positive, default=8, metavar="K",
+                   help="most draft tokens verified per round (default %(default)s)")
+    g.add_argument("--max-ahead", type=positive, default=12, metavar="N",
+                   help="how far the async drafter runs past the commits (default %(default)s)")
+    g.add_argument("--pin", metavar="MAIN:DRAFT",
+                   help="pin main and drafter to cores, e.g. 0:1 (Linux)")
+
+
+def model_config(args: argparse.Namespace, *, need_draft: bool) -> ModelConfig:
+    main, draft = resolve_models(args.model, args.model_draft if need_draft else None, args.pair)
+    return ModelConfig(
+        main=main,
+        draft=draft if need_draft else None,
+        threads=args.threads,
+        draft_threads=args.threads_draft,
+        n_gpu_layers=args.n_gpu_layers,
+        n_gpu_layers_draft=args.n_gpu_layers_draft,
+        n_ctx=args.ctx_size,
+    )
+
+
+def spec_config(args: argparse.Namespace, mode: str | None = None) -> SpecConfig:
+    main_cores, draft_cores = parse_pin(args.pin)
+    return SpecConfig(
+        mode=mode or args.mode,
+        draft_max=args.draft,
+        max_ahead=args.max_ahead,
+        main_cores=main_cores,
+        draft_cores=draft_cores,
+    )
+
+
+def prompt_tokens(session: Session, text: str, chat: bool) -> list[int]:
+    if chat:
+        text = session.main.render_chat([{"role": "user", "content": text}])
+        return session.main.tokenize(text, add_special=False)
+    return session.main.tokenize(text)
+
+
+class TokenPrinter:
+    """Streams emitted text; accepted draft tokens in green when asked to."""
+
+    def __init__(self, session: Session, color: bool) -> None:
+        self.session = session
+        self.color = color
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def __call__(self, r: Round) -> None:
+        piece = self.session.main.piece
+        drafted = self.decoder.decode(b"".join(piece(t) for t in r.tokens[: r.accepted]))
+        own = self.decoder.decode(b"".join(piece(t) for t in r.tokens[r.accepted :]))
+        if self.color and drafted:
+            drafted = f"{GREEN}{drafted}{RESET}"
+        sys.stdout.write(drafted + own)
+        sys.stdout.flush()
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    if args.prompt is None and args.file is None:
+        raise UsageError("give a prompt with -p TEXT or -f FILE")
+    text = args.prompt
+    if args.file is not None:
+        try:
+            text = Path(args.file).read_text()
+        except OSError as e:
+            raise UsageError(f"cannot read prompt file {args.file}: {e.strerror}") from None
+    spec = spec_config(args)
+    config = model_config(args, need_draft=spec.mode != "target")
+    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
+    with Session(config, spec) as session:
+        tokens = prompt_tokens(session, text, args.chat)
+        stats = session.run(tokens, args.n_predict, TokenPrinter(session, color))
+    print(flush=True)
+    for line in stats.summary():
+        print(line, file=sys.stderr)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The main job on the default pair: each mode on the same prompt, side by side."""
+    spec = spec_config(args)
+    config = model_config(args, need_draft=True)
+    color = sys.stdout.isatty()
+    results = {}
+    for mode in ("target", "sync", "async"):
+        print(f"\n=== {mode} ===", flush=True)
+        with Session(config, SpecConfig(**{**spec.__dict__, "mode": mode})) as session:
+            tokens = prompt_tokens(session, args.prompt, chat=True)
+            stats = session.run(tokens, args.n_predict, TokenPrinter(session, color))
+        print()
+        for line in stats.summary():
+            print(line)
+        results[mode] = stats
+    base = results["target"].tokens_per_second
+    print(f"\n{'mode':8} {'tok/s':>8} {'vs target':>10} {'accept':>8} {'mean len':>9}")
+    for mode, s in results.items():
+        speedup = s.tokens_per_second / base if base else 0.0
+        print(f"{mode:8} {s.tokens_per_second:8.2f} {speedup:9.2f}x "
+              f"{s.acceptance_rate:8.2f} {s.mean_acceptance_length:9.2f}")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    if args.action == "prepare":
+        names = [args.name] if args.name else list(PAIRS)
+        for name in names:
+            if name not in PAIRS:
+                raise UsageError(f"unknown model pair {name!r} (known: {', '.join(PAIRS)})")
+            main, draft = prepare(PAIRS[name])
+            print(f"{name}: ready\n  main  {main}\n  draft {draft}")
+        return 0
+    status = 0
+    for pair in PAIRS.values():
+        print(f"{pair.name:10} {pair.description}")
+        for which in ("main", "draft"):
+            path = pair.path(which)
+            if args.action == "verify":
+                ok = verify_file(path)
+                state = "ok" if ok else "MISSING OR CORRUPT"
+                status |= 0 if ok or not path.exists() else 1
+            else:
+                state = "ready" if is_ready(path) else "not prepared"
+            print(f"  {which:5} {path}  [{state}]")
+    return status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="duo", description="Asynchronous, distributed speculative decoding on llama.cpp."
+    )
+    parser.add_argument("--version", action="version", version=f"duo {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    gen = sub.add_parser("generate", help="generate text from a prompt")
+    add_model_args(gen)
+    add_spec_args(gen)
+    g = gen.add_argument_group("generation")
+    g.add_argument("-p", "--prompt", help="prompt text")
+    g.add_argument("-f", "--file", help="read the prompt from a file")
+    g.add_argument("-n", "--n-predict", type=positive, default=128, help="tokens to generate")
+    g.add_argument("--chat", action="store_true",
+                   help="wrap the prompt as a user message in the model's chat template")
+    g.add_argument("--seed", type=int, default=None, help="sampling seed")
+    g.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                   help="show accepted draft tokens in green (default: when stdout is a terminal)")
+    gen.set_defaults(func=cmd_generate)
+
+    demo = sub.add_parser("demo", help="target vs sync vs async on the default pair")
+    add_model_args(demo)
+    add_spec_args(demo)
+    demo.add_argument("-p", "--prompt", default=DEMO_PROMPT, help="prompt text")
+    demo.add_argument("-n", "--n-predict", type=positive, default=128, help="tokens to generate")
+    demo.set_defaults(func=cmd_demo)
+
+    models = sub.add_parser("models", help="list, prepare or verify the default model pairs")
+    models.add_argument("action", nargs="?", choices=("list", "prepare", "verify"), default="list")
+    models.add_argument("name", nargs="?", help="pair name (prepare only; default: all)")
+    models.set_defaults(func=cmd_models)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        code: int = args.func(args)
+        return code
+    except DuoError as e:
+        print(f"duo: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nduo: interrupted", file=sys.stderr)
+        return 130
+
+
+def run() -> None:
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""Drafts: proposed continuations of the committed tokens, and how the lead uses them.
+
+A draft is anchored at an absolute position, so a drafter that is a little behind or
+ahead of the lead still lines up: the part of it that overlaps the committed tokens must
+match them exactly, and only what lies beyond the committed tokens is proposed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """Guessed tokens for positions start, start+1, ... of the sequence."""
+
+    start: int
+    tokens: tuple[int, ...]
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix (slice comparisons run at C speed)."""
+    if type(a) is not type(b):  # a list never equals a tuple
+        a, b = list(a), list(b)
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # invariant: a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def usable(committed: Sequence[int], draft: Draft | None, limit: int, n_vocab: int) -> list[int]:
+    """The part of `draft` that continues `committed`: at most `limit` in-vocabulary tokens.
+
+    Returns [] when the draft does not line up with the committed tokens (a stale draft
+    from before a correction, a gap, a wrong position); such drafts cost nothing.
+    """
+    if draft is None or limit <= 0:
+        return []
+    end = len(committed)
+    overlap = end - draft.start
+    if overlap < 0 or overlap >= len(draft.tokens):
+        return []
+    if overlap and tuple(committed[draft.start : end]) != draft.tokens[:overlap]:
+        return []
+    out: list[int] = []
+    for token in draft.tokens[overlap : overlap + limit]:
+        if not 0 <= token < n_vocab:
+            break
+        out.append(token)
+    return out

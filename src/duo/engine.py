@@ -1,0 +1,143 @@
+"""The lead's decoding loop: one verification round at a time, never waiting for drafts.
+
+Per round: take whatever draft is ready that continues the committed tokens (possibly
+none), evaluate [last committed] + draft in one batch with logits for every position,
+sample-and-compare (duo.verify), commit the accepted tokens plus the correction or bonus,
+roll the main KV back past what was rejected, and tell the draft source what was
+committed. The loop is synchronous and does no I/O: the CLI, the in-process async mode
+and the lead service all drive it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from duo.backend import Model
+from duo.errors import PromptTooLong, UsageError
+from duo.sampling import Greedy, Sampler
+from duo.verify import verify
+
+
+class DraftSource(Protocol):
+    """Where drafts come from: nothing, a synchronous drafter, a thread, the network."""
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        """A new generation starts from these prompt tokens."""
+
+    def propose(self, committed: Sequence[int], limit: int) -> list[int]:
+        """A draft continuing `committed` (at most `limit` tokens), or []."""
+        ...
+
+    def commit(self, start: int, tokens: Sequence[int]) -> None:
+        """The lead committed `tokens` at positions start, start+1, ..."""
+
+    def end(self) -> None:
+        """The generation is over."""
+
+
+class NoDrafts:
+    """The main model alone: every round decodes one token."""
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        pass
+
+    def propose(self, committed: Sequence[int], limit: int) -> list[int]:
+        return []
+
+    def commit(self, start: int, tokens: Sequence[int]) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """What one verification round did."""
+
+    tokens: tuple[int, ...]  # emitted: the accepted draft prefix, then the main model's own
+    drafted: int  # draft tokens tested
+    accepted: int  # of which the main model agreed with
+    seconds: float  # wall time of the round
+    decode_seconds: float  # of which inside llama_decode
+    finish: str | None = None  # "stop" (end of generation token) / "length" / None
+
+
+@dataclass(frozen=True, slots=True)
+class Prefill:
+    """The prompt evaluation before the first round."""
+
+    prompt_tokens: int
+    reused: int  # prompt tokens whose KV was kept from the previous generation
+    seconds: float
+
+
+def prefill(main: Model, prompt: Sequence[int]) -> Prefill:
+    """Fill the main KV with all prompt tokens but the last (the first round feeds it)."""
+    if not prompt:
+        raise UsageError("the prompt is empty")
+    if len(prompt) >= main.n_ctx:
+        raise PromptTooLong(
+            f"the prompt has {len(prompt)} tokens; the context holds {main.n_ctx} "
+            "(raise it with -c, or shorten the prompt)"
+        )
+    t0 = time.perf_counter()
+    reused = main.reuse_prefix(prompt[:-1])
+    if reused < len(prompt) - 1:
+        main.decode(prompt[reused:-1], all_logits=False)
+    return Prefill(len(prompt), reused, time.perf_counter() - t0)
+
+
+def generate(
+    main: Model,
+    prompt: Sequence[int],
+    *,
+    max_tokens: int,
+    drafts: DraftSource | None = None,
+    draft_max: int = 8,
+    sampler: Sampler | None = None,
+) -> Iterator[Round]:
+    """Decode up to `max_tokens` tokens after a prefilled prompt, round by round."""
+    if max_tokens <= 0:
+        raise UsageError("the number of tokens to generate must be positive")
+    drafts = drafts or NoDrafts()
+    sampler = sampler or Greedy()
+    committed = list(prompt)
+    produced = 0
+    drafts.begin(prompt)
+    try:
+        while produced < max_tokens and len(committed) < main.n_ctx:
+            t0 = time.perf_counter()
+            # Room for the draft: the bonus token counts against max_tokens too.
+            room = min(draft_max, max_tokens - produced - 1, main.n_ctx - len(committed))
+            draft = drafts.propose(committed, room) if room > 0 else []
+            t1 = time.perf_counter()
+            logits = main.decode([committed[-1], *draft])
+            t2 = time.perf_counter()
+            verdict = verify(draft, lambda i: sampler.sample(logits[i], [*committed, *draft[:i]]))
+            main.truncate(len(committed) + verdict.accepted)
+            tokens, finish = _finish(main, verdict.tokens)
+            start = len(committed)
+            committed.extend(tokens)
+            produced += len(tokens)
+            if finish is None and (produced >= max_tokens or len(committed) >= main.n_ctx):
+                finish = "length"
+            if tokens:
+                drafts.commit(start, tokens)
+            t3 = time.perf_counter()
+            yield Round(tokens, len(draft), verdict.accepted, t3 - t0, t2 - t1, finish)
+            if finish:
+                return
+    finally:
+        drafts.end()
+
+
+def _finish(main: Model, tokens: tuple[int, ...]) -> tuple[tuple[int, ...], str | None]:
+    """Cut the emitted tokens at an end-of-generation token (which is not emitted)."""
+    for i, token in enumerate(tokens):
+        if main.is_eog(token):
+            return tokens[:i], "stop"
+    return tokens, None

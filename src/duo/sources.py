@@ -1,0 +1,61 @@
+"""Draft sources for one process: classic (synchronous) and concurrent (async) drafting."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from duo.backend import Model
+from duo.draft import Draft, usable
+from duo.drafter import DraftWorker, Mirror
+
+
+class SyncDrafts:
+    """Classic speculative decoding: the lead waits while the drafter guesses k tokens."""
+
+    def __init__(self, model: Model) -> None:
+        self.mirror = Mirror(model)
+        self.drafted_seconds = 0.0
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        pass
+
+    def propose(self, committed: Sequence[int], limit: int) -> list[int]:
+        self.mirror.follow(committed)
+        while self.mirror.ahead(len(committed)) < limit:
+            self.mirror.extend()
+        return list(self.mirror.draft(len(committed))[:limit])
+
+    def commit(self, start: int, tokens: Sequence[int]) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+class ThreadDrafts:
+    """A drafter on its own thread (and core): the lead takes whatever draft is ready."""
+
+    def __init__(self, model: Model, *, max_ahead: int, cores: set[int] | None = None) -> None:
+        self.n_vocab = model.n_vocab
+        self._latest: Draft | None = None  # replaced whole by the worker: no lock needed
+        self.worker = DraftWorker(Mirror(model), self._publish, max_ahead=max_ahead, cores=cores)
+        self.worker.start()
+
+    def _publish(self, draft: Draft) -> None:
+        self._latest = draft
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self._latest = None
+        self.worker.begin(prompt)
+
+    def propose(self, committed: Sequence[int], limit: int) -> list[int]:
+        return usable(committed, self._latest, limit, self.n_vocab)
+
+    def commit(self, start: int, tokens: Sequence[int]) -> None:
+        self.worker.commit(start, tokens)
+
+    def end(self) -> None:
+        self.worker.end()
+
+    def close(self) -> None:
+        self.worker.stop()

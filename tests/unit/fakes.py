@@ -1,0 +1,76 @@
+"""A scripted stand-in for duo.backend.Model: a tiny deterministic language model.
+
+The "model" predicts the next token from the last two tokens with a fixed table, so a
+draft model is simply the same table with some entries changed (it agrees often, but not
+always, like a quantized copy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+N_VOCAB = 16
+
+
+def table_model(seed: int) -> dict[tuple[int, int], int]:
+    rng = np.random.default_rng(seed)
+    return {(a, b): int(rng.integers(1, N_VOCAB)) for a in range(N_VOCAB) for b in range(N_VOCAB)}
+
+
+def corrupted(table: dict[tuple[int, int], int], fraction: float, seed: int) -> dict[tuple[int, int], int]:
+    rng = np.random.default_rng(seed)
+    out = dict(table)
+    for key in out:
+        if rng.random() < fraction:
+            out[key] = int(rng.integers(1, N_VOCAB))
+    return out
+
+
+class FakeModel:
+    """Implements the parts of Model the engine and drafter use."""
+
+    def __init__(self, table: dict[tuple[int, int], int], *, n_ctx: int = 512, eog: int | None = None):
+        self.table = table
+        self.n_ctx = n_ctx
+        self.n_vocab = N_VOCAB
+        self.tokens: list[int] = []
+        self.eog = eog
+        self.decode_calls: list[int] = []
+
+    def next_token(self, history: Sequence[int]) -> int:
+        a = history[-2] if len(history) > 1 else 0
+        return self.table[(a, history[-1])]
+
+    def decode(self, tokens: Sequence[int], *, all_logits: bool = True) -> np.ndarray:
+        self.decode_calls.append(len(tokens))
+        rows = []
+        for token in tokens:
+            self.tokens.append(token)
+            row = np.zeros(N_VOCAB, dtype=np.float32)
+            row[self.next_token(self.tokens)] = 1.0
+            rows.append(row)
+        return np.stack(rows if all_logits else rows[-1:])
+
+    def truncate(self, n: int) -> None:
+        del self.tokens[n:]
+
+    def reuse_prefix(self, tokens: Sequence[int]) -> int:
+        n = 0
+        while n < min(len(tokens), len(self.tokens)) and tokens[n] == self.tokens[n]:
+            n += 1
+        self.truncate(n)
+        return n
+
+    def is_eog(self, token: int) -> bool:
+        return token == self.eog
+
+
+def reference(table: dict[tuple[int, int], int], prompt: Sequence[int], n: int) -> list[int]:
+    """What the main model alone produces, computed directly from the table."""
+    seq = list(prompt)
+    for _ in range(n):
+        a = seq[-2] if len(seq) > 1 else 0
+        seq.append(table[(a, seq[-1])])
+    return seq[len(prompt) :]

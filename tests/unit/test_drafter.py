@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import threading
+from typing import cast
+
+from duo.backend import Model
+from duo.draft import Draft
+from duo.drafter import DraftWorker, Mirror
+from tests.unit.fakes import FakeModel, reference, table_model
+
+
+def test_mirror_follows_catches_up_and_rolls_back() -> None:
+    table = table_model(20)
+    model = FakeModel(table)
+    mirror = Mirror(cast(Model, model))
+    prompt = [3, 1, 4]
+    assert mirror.follow(prompt)  # catch-up: one batched decode of the whole prompt
+    assert model.decode_calls == [3]
+    for _ in range(4):
+        mirror.extend()
+    guess = reference(table, prompt, 5)
+    assert list(mirror.draft(len(prompt))) == guess
+
+    # The lead accepts two guesses, then corrects the third.
+    correction = (guess[2] + 1) % 16 or 1
+    committed = [*prompt, *guess[:2], correction]
+    assert mirror.follow(committed)
+    assert model.tokens == committed  # KV rolled back to the disagreement, then fed
+    assert list(mirror.draft(len(committed))) == reference(table, committed, 1)
+
+    # Committed tokens that are a prefix of the guesses need no work.
+    mirror.extend()
+    calls = len(model.decode_calls)
+    assert not mirror.follow(committed)
+    assert len(model.decode_calls) == calls
+
+
+def test_worker_drafts_ahead_up_to_max_ahead_and_publishes() -> None:
+    table = table_model(21)
+    drafts: list[Draft] = []
+    done = threading.Event()
+
+    def publish(d: Draft) -> None:
+        drafts.append(d)
+        if len(d.tokens) >= 5:
+            done.set()
+
+    worker = DraftWorker(Mirror(cast(Model, FakeModel(table))), publish, max_ahead=5).start()
+    try:
+        worker.begin([1, 2])
+        assert done.wait(5)
+        assert drafts[-1] == Draft(2, tuple(reference(table, [1, 2], 5)))
+        assert all(len(d.tokens) <= 5 for d in drafts)
+    finally:
+        worker.stop()

@@ -1,0 +1,148 @@
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any, cast
+
+import pytest
+
+from duo.backend import Model
+from duo.engine import generate, prefill
+from duo.errors import PromptTooLong, UsageError
+from duo.sources import SyncDrafts, ThreadDrafts
+from duo.stats import Stats
+from tests.unit.fakes import FakeModel, corrupted, reference, table_model
+
+PROMPTS = [[1], [3, 4, 5], [2, 2, 2, 2, 9, 1]]
+
+
+def run(main: FakeModel, prompt: list[int], n: int, drafts: Any = None, k: int = 4) -> tuple[list[int], Stats]:
+    model = cast(Model, main)
+    stats = Stats()
+    stats.add_prefill(prefill(model, prompt))
+    out: list[int] = []
+    for r in generate(model, prompt, max_tokens=n, drafts=drafts, draft_max=k):
+        stats.add(r)
+        out.extend(r.tokens)
+    return out, stats
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_target_mode_is_the_main_model(prompt: list[int]) -> None:
+    table = table_model(1)
+    out, stats = run(FakeModel(table), prompt, 40)
+    assert out == reference(table, prompt, 40)
+    assert stats.rounds == 40 and stats.drafted == 0
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_sync_speculation_is_lossless(prompt: list[int], k: int) -> None:
+    table = table_model(2)
+    draft = FakeModel(corrupted(table, 0.3, seed=3))
+    out, stats = run(FakeModel(table), prompt, 60, SyncDrafts(cast(Model, draft)), k)
+    assert out == reference(table, prompt, 60)
+    assert stats.accepted > 0
+    assert stats.rounds < 60  # speculation saved rounds
+
+
+def test_perfect_drafter_accepts_everything() -> None:
+    table = table_model(4)
+    out, stats = run(FakeModel(table), [1, 2], 50, SyncDrafts(cast(Model, FakeModel(table))), 4)
+    assert out == reference(table, [1, 2], 50)
+    assert stats.acceptance_rate == 1.0
+    assert stats.mean_acceptance_length == 5.0
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_async_speculation_is_lossless(prompt: list[int]) -> None:
+    table = table_model(5)
+    drafts = ThreadDrafts(cast(Model, FakeModel(corrupted(table, 0.2, seed=6))), max_ahead=6)
+    try:
+        for _ in range(3):  # the same drafter serves several generations
+            out, _ = run(FakeModel(table), prompt, 80, drafts, 4)
+            assert out == reference(table, prompt, 80)
+    finally:
+        drafts.close()
+
+
+class GarbageDrafts:
+    """A drafter that proposes anything: wrong, out-of-vocabulary, huge."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        pass
+
+    def propose(self, committed: Sequence[int], limit: int) -> list[int]:
+        return [self.rng.randrange(0, 16) for _ in range(self.rng.randrange(0, limit + 1))]
+
+    def commit(self, start: int, tokens: Sequence[int]) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+def test_garbage_drafts_change_nothing() -> None:
+    table = table_model(7)
+    out, _ = run(FakeModel(table), [1, 2, 3], 100, GarbageDrafts(8), 8)
+    assert out == reference(table, [1, 2, 3], 100)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 9])
+def test_max_tokens_is_exact_even_with_a_bonus(n: int) -> None:
+    table = table_model(9)
+    out, _ = run(FakeModel(table), [1], n, SyncDrafts(cast(Model, FakeModel(table))), 8)
+    assert out == reference(table, [1], n)
+
+
+def test_end_of_generation_stops_and_is_not_emitted() -> None:
+    table = table_model(10)
+    full = reference(table, [1], 50)
+    eog = full[10]
+    main = FakeModel(table, eog=eog)
+    rounds = list(generate(cast(Model, main), [1], max_tokens=50))
+    out = [t for r in rounds for t in r.tokens]
+    assert out == full[: full.index(eog)]
+    assert rounds[-1].finish == "stop"
+
+
+def test_main_kv_holds_exactly_the_committed_tokens_but_the_last() -> None:
+    table = table_model(11)
+    main = FakeModel(table)
+    prompt = [4, 5]
+    prefill(cast(Model, main), prompt)
+    drafts = SyncDrafts(cast(Model, FakeModel(corrupted(table, 0.5, seed=1))))
+    committed = list(prompt)
+    for r in generate(cast(Model, main), prompt, max_tokens=30, drafts=drafts, draft_max=4):
+        committed.extend(r.tokens)
+        assert main.tokens == committed[:-1]
+
+
+def test_prefill_reuses_the_shared_prefix() -> None:
+    main = FakeModel(table_model(12))
+    prefill(cast(Model, main), [1, 2, 3, 4, 5])
+    p = prefill(cast(Model, main), [1, 2, 3, 9, 9])
+    assert p.reused == 3
+    assert main.tokens == [1, 2, 3, 9]
+
+
+def test_prompt_errors() -> None:
+    main = cast(Model, FakeModel(table_model(13), n_ctx=8))
+    with pytest.raises(UsageError):
+        prefill(main, [])
+    with pytest.raises(PromptTooLong):
+        prefill(main, list(range(1, 9)))
+    with pytest.raises(UsageError):
+        list(generate(main, [1], max_tokens=0))
+
+
+def test_context_limit_ends_with_length() -> None:
+    table = table_model(14)
+    main = FakeModel(table, n_ctx=10)
+    prefill(cast(Model, main), [1, 2])
+    rounds = list(generate(cast(Model, main), [1, 2], max_tokens=100))
+    assert sum(len(r.tokens) for r in rounds) == 8
+    assert rounds[-1].finish == "length"
