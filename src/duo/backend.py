@@ -51,10 +51,10 @@ def _llama() -> Any:
 
 
 def _forward_log(level: int, text: bytes, _user: Any) -> None:
-    # llama.cpp is chatty at load; route it to DEBUG (errors stay visible).
+    # llama.cpp is chatty at load; route it to DEBUG (GGML_LOG_LEVEL_ERROR = 4 stays visible).
     message = text.decode("utf-8", "replace").rstrip("\n")
     if message:
-        log.log(logging.ERROR if level == 2 else logging.DEBUG, "llama.cpp: %s", message)
+        log.log(logging.ERROR if level == 4 else logging.DEBUG, "llama.cpp: %s", message)
 
 
 class Model:

@@ -36,22 +36,35 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return lo
 
 
+def advance(committed: Sequence[int], draft: Draft | None) -> Draft | None:
+    """Re-anchor `draft` right after the committed tokens, or None if it went stale.
+
+    The part of the draft that overlaps the committed tokens must match them exactly
+    (else the guesses beyond are continuations of something the lead rejected); a
+    draft that starts past the committed tokens leaves a gap and is useless too.
+    """
+    if draft is None:
+        return None
+    end = len(committed)
+    overlap = end - draft.start
+    if overlap < 0 or overlap > len(draft.tokens):
+        return None
+    if overlap and tuple(committed[draft.start : end]) != draft.tokens[:overlap]:
+        return None
+    return draft if overlap == 0 else Draft(end, draft.tokens[overlap:])
+
+
 def usable(committed: Sequence[int], draft: Draft | None, limit: int, n_vocab: int) -> list[int]:
     """The part of `draft` that continues `committed`: at most `limit` in-vocabulary tokens.
 
     Returns [] when the draft does not line up with the committed tokens (a stale draft
     from before a correction, a gap, a wrong position); such drafts cost nothing.
     """
-    if draft is None or limit <= 0:
-        return []
-    end = len(committed)
-    overlap = end - draft.start
-    if overlap < 0 or overlap >= len(draft.tokens):
-        return []
-    if overlap and tuple(committed[draft.start : end]) != draft.tokens[:overlap]:
+    current = advance(committed, draft)
+    if current is None or limit <= 0:
         return []
     out: list[int] = []
-    for token in draft.tokens[overlap : overlap + limit]:
+    for token in current.tokens[:limit]:
         if not 0 <= token < n_vocab:
             break
         out.append(token)

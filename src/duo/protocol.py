@@ -1,0 +1,159 @@
+"""The drafter channel: compact binary messages between the lead and its backs.
+
+One WebSocket binary message per frame: a 1-byte type, then fixed little-endian fields,
+then token IDs packed at the width agreed in the handshake (2 bytes when the vocabulary
+has at most 65536 tokens, else 4). Only token IDs and small integers cross the wire.
+
+    back -> lead   HELLO    version u16, n_vocab u32, max_ahead u16, fingerprint 8 bytes, name
+    lead -> back   WELCOME  version u16, token width u8
+    lead -> back   REFUSE   reason (utf-8), then the lead closes the connection
+    lead -> back   BEGIN    session u32, prompt tokens          (a new generation)
+    lead -> back   COMMIT   session u32, start u32, tokens      (committed at start, start+1...)
+    lead -> back   END      session u32                         (the generation is over)
+    back -> lead   DRAFT    session u32, start u32, tokens      (guesses from position start on;
+                                                                 replaces any earlier guess there)
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from duo.errors import ProtocolError
+
+VERSION = 1
+PATH = "/v1/drafter"
+MAX_TOKENS_PER_FRAME = 1 << 16
+
+HELLO, WELCOME, REFUSE, BEGIN, COMMIT, END, DRAFT = range(1, 8)
+
+_HELLO = struct.Struct("<BHIH8s")
+_WELCOME = struct.Struct("<BHB")
+_SESSION = struct.Struct("<BI")
+_POSITIONED = struct.Struct("<BII")
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    version: int
+    n_vocab: int
+    max_ahead: int
+    fingerprint: str  # 16 hex digits
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    version: int
+    token_width: int
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    session: int
+    tokens: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    session: int
+    start: int
+    tokens: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    session: int
+
+
+@dataclass(frozen=True, slots=True)
+class DraftMsg:
+    session: int
+    start: int
+    tokens: tuple[int, ...]
+
+
+Message = Hello | Welcome | Refuse | Begin | Commit | End | DraftMsg
+
+
+def token_width(n_vocab: int) -> int:
+    return 2 if n_vocab <= 1 << 16 else 4
+
+
+def _pack_tokens(tokens: Sequence[int], width: int) -> bytes:
+    try:
+        return array("H" if width == 2 else "I", tokens).tobytes()
+    except OverflowError:
+        raise ProtocolError("token ID does not fit the agreed width") from None
+
+
+def _unpack_tokens(data: bytes, width: int) -> tuple[int, ...]:
+    if len(data) % width:
+        raise ProtocolError("token payload is not a whole number of tokens")
+    if len(data) // width > MAX_TOKENS_PER_FRAME:
+        raise ProtocolError("too many tokens in one frame")
+    values = array("H" if width == 2 else "I")
+    values.frombytes(data)
+    return tuple(values)
+
+
+def encode(msg: Message, width: int = 4) -> bytes:
+    match msg:
+        case Hello(version, n_vocab, max_ahead, fingerprint, name):
+            return _HELLO.pack(HELLO, version, n_vocab, max_ahead, bytes.fromhex(fingerprint)) + (
+                name.encode()[:64]
+            )
+        case Welcome(version, w):
+            return _WELCOME.pack(WELCOME, version, w)
+        case Refuse(reason):
+            return bytes([REFUSE]) + reason.encode()
+        case Begin(session, tokens):
+            return _SESSION.pack(BEGIN, session) + _pack_tokens(tokens, width)
+        case End(session):
+            return _SESSION.pack(END, session)
+        case Commit(session, start, tokens):
+            return _POSITIONED.pack(COMMIT, session, start) + _pack_tokens(tokens, width)
+        case DraftMsg(session, start, tokens):
+            return _POSITIONED.pack(DRAFT, session, start) + _pack_tokens(tokens, width)
+    raise TypeError(f"not a protocol message: {msg!r}")
+
+
+def decode(data: bytes | str, width: int = 4) -> Message:
+    """Parse one frame; raise ProtocolError for anything malformed."""
+    if not isinstance(data, bytes | bytearray) or not data:
+        raise ProtocolError("expected a non-empty binary frame")
+    data = bytes(data)
+    kind = data[0]
+    try:
+        if kind == HELLO:
+            _, version, n_vocab, max_ahead, fp = _HELLO.unpack_from(data)
+            name = data[_HELLO.size :].decode("utf-8", "replace")
+            return Hello(version, n_vocab, max_ahead, fp.hex(), name)
+        if kind == WELCOME:
+            _, version, w = _WELCOME.unpack(data)
+            if w not in (2, 4):
+                raise ProtocolError(f"bad token width {w}")
+            return Welcome(version, w)
+        if kind == REFUSE:
+            return Refuse(data[1:].decode("utf-8", "replace"))
+        if kind in (BEGIN, END):
+            _, session = _SESSION.unpack_from(data)
+            if kind == END:
+                if len(data) != _SESSION.size:
+                    raise ProtocolError("END frame has trailing bytes")
+                return End(session)
+            return Begin(session, _unpack_tokens(data[_SESSION.size :], width))
+        if kind in (COMMIT, DRAFT):
+            _, session, start = _POSITIONED.unpack_from(data)
+            tokens = _unpack_tokens(data[_POSITIONED.size :], width)
+            return (Commit if kind == COMMIT else DraftMsg)(session, start, tokens)
+    except struct.error:
+        raise ProtocolError(f"truncated frame of type {kind}") from None
+    raise ProtocolError(f"unknown frame type {kind}")
