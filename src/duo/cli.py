@@ -62,6 +62,9 @@ def add_spec_args(p: argparse.ArgumentParser, default_mode: str = "async") -> No
                    help="most draft tokens verified per round (default %(default)s)")
     g.add_argument("--max-ahead", type=positive, default=12, metavar="N",
                    help="how far the async drafter runs past the commits (default %(default)s)")
+    g.add_argument("--policy", choices=("adaptive", "fixed"), default="adaptive",
+                   help="async: verify only the draft prefix worth its cost (adaptive, default) "
+                   "or every draft token ready (fixed)")
     g.add_argument("--pin", metavar="MAIN:DRAFT",
                    help="pin main and drafter to cores, e.g. 0:1 (Linux)")
 
@@ -87,6 +90,7 @@ def spec_config(args: argparse.Namespace, mode: str | None = None) -> SpecConfig
         max_ahead=args.max_ahead,
         main_cores=main_cores,
         draft_cores=draft_cores,
+        adaptive=args.policy == "adaptive",
     )
 
 

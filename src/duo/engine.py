@@ -17,6 +17,7 @@ from typing import Protocol
 
 from duo.backend import Model
 from duo.errors import PromptTooLong, UsageError
+from duo.policy import FixedPolicy, Policy
 from duo.sampling import Greedy, Sampler
 from duo.verify import verify
 
@@ -99,12 +100,14 @@ def generate(
     drafts: DraftSource | None = None,
     draft_max: int = 8,
     sampler: Sampler | None = None,
+    policy: Policy | None = None,
 ) -> Iterator[Round]:
     """Decode up to `max_tokens` tokens after a prefilled prompt, round by round."""
     if max_tokens <= 0:
         raise UsageError("the number of tokens to generate must be positive")
     drafts = drafts or NoDrafts()
     sampler = sampler or Greedy()
+    policy = policy or FixedPolicy()
     committed = list(prompt)
     produced = 0
     drafts.begin(prompt)
@@ -114,11 +117,13 @@ def generate(
             # Room for the draft: the bonus token counts against max_tokens too.
             room = min(draft_max, max_tokens - produced - 1, main.n_ctx - len(committed))
             draft = drafts.propose(committed, room) if room > 0 else []
+            draft = draft[: policy.choose(len(draft))]
             t1 = time.perf_counter()
             logits = main.decode([committed[-1], *draft])
             t2 = time.perf_counter()
             verdict = verify(draft, lambda i: sampler.sample(logits[i], [*committed, *draft[:i]]))
             main.truncate(len(committed) + verdict.accepted)
+            policy.observe(len(draft), verdict.accepted, t2 - t1)
             tokens, finish = _finish(main, verdict.tokens)
             start = len(committed)
             committed.extend(tokens)

@@ -19,6 +19,7 @@ from duo.backend import Model
 from duo.engine import DraftSource, NoDrafts, Round, generate, prefill
 from duo.errors import IncompatibleModels, UsageError
 from duo.models import DEFAULT_PAIR, get_pair, prepare
+from duo.policy import AdaptivePolicy, FixedPolicy, Policy, calibrate
 from duo.sources import SyncDrafts, ThreadDrafts
 from duo.stats import Stats
 
@@ -47,6 +48,7 @@ class SpecConfig:
     max_ahead: int = 12  # --max-ahead: how far an async drafter runs past the commits
     main_cores: frozenset[int] | None = None  # --pin: cores of the main model
     draft_cores: frozenset[int] | None = None  # --pin: cores of the drafter
+    adaptive: bool = True  # --policy: verify only the draft prefix worth its cost (async)
 
 
 def resolve_models(main: str | None, draft: str | None, pair: str | None) -> tuple[Path, Path | None]:
@@ -95,6 +97,7 @@ class Session:
         if spec.mode != "target" and models.draft is None:
             raise UsageError(f"mode {spec.mode} needs a draft model (-md)")
         self.spec = spec
+        self._adaptive: AdaptivePolicy | None = None
         self.main = Model(
             models.main, n_ctx=models.n_ctx, n_threads=models.threads, n_gpu_layers=models.n_gpu_layers
         )
@@ -124,15 +127,24 @@ class Session:
         """Generate on the calling thread (pinned to the main cores, if any)."""
         stats = Stats()
         with _pinned(self.spec.main_cores):
+            policy = self._policy()
             stats.add_prefill(prefill(self.main, prompt))
             for r in generate(
                 self.main, prompt, max_tokens=max_tokens, drafts=self.drafts,
-                draft_max=self.spec.draft_max,
+                draft_max=self.spec.draft_max, policy=policy,
             ):
                 stats.add(r)
                 if on_round:
                     on_round(r)
         return stats
+
+    def _policy(self) -> Policy:
+        """Async verifies what is worth it (costs measured once); sync is classic."""
+        if self.spec.mode != "async" or not self.spec.adaptive:
+            return FixedPolicy()
+        if self._adaptive is None:
+            self._adaptive = AdaptivePolicy(calibrate(self.main, self.spec.draft_max + 1))
+        return self._adaptive
 
     def close(self) -> None:
         if isinstance(self.drafts, ThreadDrafts):

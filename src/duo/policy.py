@@ -1,0 +1,147 @@
+"""How much of a ready draft to verify: the choice that maximises tokens per second.
+
+Verifying a draft of length L costs one main-model pass over L+1 tokens, cost(L+1),
+and yields 1 + a1 + a1*a2 + ... + a1*...*aL tokens on average, where ai is the chance
+that draft token i is accepted given that the ones before it were. Decoding alone
+yields 1 token for cost(1). On hardware where a batch costs barely more than one token
+(GPUs, big models, memory-bound CPUs) the best L is the whole draft; where it does not
+(small models on compute-bound CPUs), short or unlikely drafts are skipped, so a
+drafter never makes the lead slower than the main model alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+
+class CostModel:
+    """Seconds per main-model pass by batch size: calibrated, then updated as measured."""
+
+    def __init__(self, seconds: dict[int, float], smoothing: float = 0.1) -> None:
+        if 1 not in seconds:
+            raise ValueError("the cost of a single-token pass is required")
+        self.seconds = dict(seconds)
+        self.smoothing = smoothing
+
+    def cost(self, batch: int) -> float:
+        if batch in self.seconds:
+            return self.seconds[batch]
+        known = sorted(self.seconds)
+        below = max((b for b in known if b < batch), default=known[0])
+        above = min((b for b in known if b > batch), default=None)
+        if above is None:  # extrapolate with the largest known per-token cost
+            return self.seconds[below] * batch / below
+        w = (batch - below) / (above - below)
+        return self.seconds[below] * (1 - w) + self.seconds[above] * w
+
+    def observe(self, batch: int, seconds: float) -> None:
+        old = self.seconds.get(batch)
+        self.seconds[batch] = seconds if old is None else old + self.smoothing * (seconds - old)
+
+
+class Acceptance:
+    """Chance that draft position i is accepted given i-1 accepted, with a prior."""
+
+    def __init__(self, prior: float = 0.7, weight: float = 4.0) -> None:
+        self.prior = prior
+        self.weight = weight
+        self.tested: list[int] = []
+        self.accepted: list[int] = []
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        while len(self.tested) < drafted:
+            self.tested.append(0)
+            self.accepted.append(0)
+        for i in range(min(drafted, accepted + 1)):  # positions after a rejection are untested
+            self.tested[i] += 1
+            self.accepted[i] += i < accepted
+
+    def p(self, i: int) -> float:
+        tested = self.tested[i] if i < len(self.tested) else 0
+        accepted = self.accepted[i] if i < len(self.accepted) else 0
+        return (accepted + self.prior * self.weight) / (tested + self.weight)
+
+
+def best_length(available: int, cost: Callable[[int], float], p: Callable[[int], float]) -> int:
+    """The draft length in [0, available] with the most expected tokens per second."""
+    best, best_rate = 0, 1.0 / cost(1)
+    expected = survive = 1.0
+    for n in range(1, available + 1):
+        survive *= p(n - 1)
+        expected += survive
+        rate = expected / cost(n + 1)
+        if rate > best_rate:
+            best, best_rate = n, rate
+    return best
+
+
+class Policy(Protocol):
+    def choose(self, available: int) -> int: ...
+
+    def observe(self, drafted: int, accepted: int, seconds: float) -> None: ...
+
+
+class FixedPolicy:
+    """Verify every draft token offered (classic speculative decoding)."""
+
+    def choose(self, available: int) -> int:
+        return available
+
+    def observe(self, drafted: int, accepted: int, seconds: float) -> None:
+        pass
+
+
+class AdaptivePolicy:
+    """Verify the draft prefix with the best expected throughput (see module doc).
+
+    Every `explore_every`-th offered draft is verified whole anyway, so the acceptance
+    estimates stay current even when drafts are usually skipped.
+    """
+
+    def __init__(self, costs: CostModel, acceptance: Acceptance | None = None, explore_every: int = 8):
+        self.costs = costs
+        self.acceptance = acceptance or Acceptance()
+        self.explore_every = explore_every
+        self._offers = 0
+
+    def choose(self, available: int) -> int:
+        if available == 0:
+            return 0
+        self._offers += 1
+        if self._offers % self.explore_every == 0:
+            return available
+        return best_length(available, self.costs.cost, self.acceptance.p)
+
+    def observe(self, drafted: int, accepted: int, seconds: float) -> None:
+        self.costs.observe(drafted + 1, seconds)
+        if drafted:
+            self.acceptance.observe(drafted, accepted)
+
+
+class Decoder(Protocol):
+    tokens: list[int]
+
+    def decode(self, tokens: list[int], *, all_logits: bool = True) -> object: ...
+
+    def truncate(self, n: int) -> None: ...
+
+
+def calibrate(model: Decoder, max_batch: int, repeats: int = 3) -> CostModel:
+    """Measure the main model's pass time for batch sizes 1..max_batch (about a second)."""
+    base = len(model.tokens)
+    filler = 100  # any valid token: only the timing matters
+    model.decode([filler] * 8, all_logits=False)  # warm up, with a little context
+    start = len(model.tokens)
+    seconds: dict[int, float] = {}
+    for batch in range(1, max_batch + 1):
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            model.decode([filler] * batch)
+            times.append(time.perf_counter() - t0)
+            model.truncate(start)
+        seconds[batch] = sorted(times)[len(times) // 2]
+    model.truncate(base)
+    return CostModel(seconds)
