@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import codecs
 import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from duo import __version__
-from duo.engine import Round
+from duo.console import TokenPrinter
 from duo.errors import DuoError, UsageError
 from duo.local import MODES, ModelConfig, Session, SpecConfig, parse_pin, resolve_models
 from duo.models import PAIRS, is_ready, prepare, verify_file
+from duo.serve import add_back_parser, add_lead_parser
 
-GREEN = "\x1b[32m"
-RESET = "\x1b[0m"
 DEMO_PROMPT = "Explain the difference between concurrency and parallelism in Python."
 
 
@@ -47,26 +45,48 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pair", help=f"a named default pair: {', '.join(PAIRS)} (default smollm2)")
     g.add_argument("-t", "--threads", type=positive, default=1, help="main model threads")
     g.add_argument("-td", "--threads-draft", type=positive, default=1, help="draft threads")
-    g.add_argument("-ngl", "--n-gpu-layers", type=non_negative, default=0, help="main layers on GPU")
-    g.add_argument("-ngld", "--n-gpu-layers-draft", type=non_negative, default=0,
-                   help="draft layers on GPU")
+    g.add_argument(
+        "-ngl", "--n-gpu-layers", type=non_negative, default=0, help="main layers on GPU"
+    )
+    g.add_argument(
+        "-ngld", "--n-gpu-layers-draft", type=non_negative, default=0, help="draft layers on GPU"
+    )
     g.add_argument("-c", "--ctx-size", type=positive, default=4096, help="context size")
 
 
 def add_spec_args(p: argparse.ArgumentParser, default_mode: str = "async") -> None:
     g = p.add_argument_group("speculation")
-    g.add_argument("--mode", choices=MODES, default=default_mode,
-                   help="target: main model alone; sync: draft then verify; "
-                   "async: concurrent drafter (default %(default)s)")
-    g.add_argument("--draft", type=positive, default=8, metavar="K",
-                   help="most draft tokens verified per round (default %(default)s)")
-    g.add_argument("--max-ahead", type=positive, default=12, metavar="N",
-                   help="how far the async drafter runs past the commits (default %(default)s)")
-    g.add_argument("--policy", choices=("adaptive", "fixed"), default="adaptive",
-                   help="async: verify only the draft prefix worth its cost (adaptive, default) "
-                   "or every draft token ready (fixed)")
-    g.add_argument("--pin", metavar="MAIN:DRAFT",
-                   help="pin main and drafter to cores, e.g. 0:1 (Linux)")
+    g.add_argument(
+        "--mode",
+        choices=MODES,
+        default=default_mode,
+        help="target: main model alone; sync: draft then verify; "
+        "async: concurrent drafter (default %(default)s)",
+    )
+    g.add_argument(
+        "--draft",
+        type=positive,
+        default=8,
+        metavar="K",
+        help="most draft tokens verified per round (default %(default)s)",
+    )
+    g.add_argument(
+        "--max-ahead",
+        type=positive,
+        default=12,
+        metavar="N",
+        help="how far the async drafter runs past the commits (default %(default)s)",
+    )
+    g.add_argument(
+        "--policy",
+        choices=("adaptive", "fixed"),
+        default="adaptive",
+        help="async: verify only the draft prefix worth its cost (adaptive, default) "
+        "or every draft token ready (fixed)",
+    )
+    g.add_argument(
+        "--pin", metavar="MAIN:DRAFT", help="pin main and drafter to cores, e.g. 0:1 (Linux)"
+    )
 
 
 def model_config(args: argparse.Namespace, *, need_draft: bool) -> ModelConfig:
@@ -101,24 +121,6 @@ def prompt_tokens(session: Session, text: str, chat: bool) -> list[int]:
     return session.main.tokenize(text)
 
 
-class TokenPrinter:
-    """Streams emitted text; accepted draft tokens in green when asked to."""
-
-    def __init__(self, session: Session, color: bool) -> None:
-        self.session = session
-        self.color = color
-        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
-
-    def __call__(self, r: Round) -> None:
-        piece = self.session.main.piece
-        drafted = self.decoder.decode(b"".join(piece(t) for t in r.tokens[: r.accepted]))
-        own = self.decoder.decode(b"".join(piece(t) for t in r.tokens[r.accepted :]))
-        if self.color and drafted:
-            drafted = f"{GREEN}{drafted}{RESET}"
-        sys.stdout.write(drafted + own)
-        sys.stdout.flush()
-
-
 def cmd_generate(args: argparse.Namespace) -> int:
     if args.prompt is None and args.file is None:
         raise UsageError("give a prompt with -p TEXT or -f FILE")
@@ -133,7 +135,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     with Session(config, spec) as session:
         tokens = prompt_tokens(session, text, args.chat)
-        stats = session.run(tokens, args.n_predict, TokenPrinter(session, color))
+        stats = session.run(tokens, args.n_predict, TokenPrinter(session.main.piece, color))
     print(flush=True)
     for line in stats.summary():
         print(line, file=sys.stderr)
@@ -150,7 +152,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"\n=== {mode} ===", flush=True)
         with Session(config, SpecConfig(**{**spec.__dict__, "mode": mode})) as session:
             tokens = prompt_tokens(session, args.prompt, chat=True)
-            stats = session.run(tokens, args.n_predict, TokenPrinter(session, color))
+            stats = session.run(tokens, args.n_predict, TokenPrinter(session.main.piece, color))
         print()
         for line in stats.summary():
             print(line)
@@ -159,8 +161,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"\n{'mode':8} {'tok/s':>8} {'vs target':>10} {'accept':>8} {'mean len':>9}")
     for mode, s in results.items():
         speedup = s.tokens_per_second / base if base else 0.0
-        print(f"{mode:8} {s.tokens_per_second:8.2f} {speedup:9.2f}x "
-              f"{s.acceptance_rate:8.2f} {s.mean_acceptance_length:9.2f}")
+        print(
+            f"{mode:8} {s.tokens_per_second:8.2f} {speedup:9.2f}x "
+            f"{s.acceptance_rate:8.2f} {s.mean_acceptance_length:9.2f}"
+        )
     return 0
 
 
@@ -203,11 +207,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("-p", "--prompt", help="prompt text")
     g.add_argument("-f", "--file", help="read the prompt from a file")
     g.add_argument("-n", "--n-predict", type=positive, default=128, help="tokens to generate")
-    g.add_argument("--chat", action="store_true",
-                   help="wrap the prompt as a user message in the model's chat template")
+    g.add_argument(
+        "--chat",
+        action="store_true",
+        help="wrap the prompt as a user message in the model's chat template",
+    )
     g.add_argument("--seed", type=int, default=None, help="sampling seed")
-    g.add_argument("--color", choices=("auto", "always", "never"), default="auto",
-                   help="show accepted draft tokens in green (default: when stdout is a terminal)")
+    g.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="show accepted draft tokens in green (default: when stdout is a terminal)",
+    )
     gen.set_defaults(func=cmd_generate)
 
     demo = sub.add_parser("demo", help="target vs sync vs async on the default pair")
@@ -221,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("action", nargs="?", choices=("list", "prepare", "verify"), default="list")
     models.add_argument("name", nargs="?", help="pair name (prepare only; default: all)")
     models.set_defaults(func=cmd_models)
+
+    add_lead_parser(sub)
+    add_back_parser(sub)
     return parser
 
 

@@ -36,6 +36,24 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return lo
 
 
+def merge(old: Draft | None, start: int, tokens: tuple[int, ...], cap: int = 1024) -> Draft:
+    """Guesses from `start` on replace whatever was guessed there before."""
+    if old is not None and old.start <= start <= old.start + len(old.tokens):
+        return Draft(old.start, (old.tokens[: start - old.start] + tokens)[:cap])
+    return Draft(start, tokens[:cap])
+
+
+def delta(sent: Draft | None, draft: Draft) -> Draft | None:
+    """What to send so that a peer holding `sent` holds `draft`: None if nothing new."""
+    if sent is not None and sent.start <= draft.start <= sent.start + len(sent.tokens):
+        known = sent.tokens[draft.start - sent.start :]
+        n = common_prefix(known, draft.tokens)
+        if n == len(draft.tokens):
+            return None
+        return Draft(draft.start + n, draft.tokens[n:])
+    return draft if draft.tokens else None
+
+
 def advance(committed: Sequence[int], draft: Draft | None) -> Draft | None:
     """Re-anchor `draft` right after the committed tokens, or None if it went stale.
 

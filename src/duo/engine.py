@@ -11,11 +11,11 @@ and the lead service all drive it.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from duo.backend import Model
+from duo.backend import Logits, Model
 from duo.errors import PromptTooLong, UsageError
 from duo.policy import FixedPolicy, Policy
 from duo.sampling import Greedy, Sampler
@@ -121,7 +121,7 @@ def generate(
             t1 = time.perf_counter()
             logits = main.decode([committed[-1], *draft])
             t2 = time.perf_counter()
-            verdict = verify(draft, lambda i: sampler.sample(logits[i], [*committed, *draft[:i]]))
+            verdict = verify(draft, _sampler_at(sampler, logits, committed, draft))
             main.truncate(len(committed) + verdict.accepted)
             policy.observe(len(draft), verdict.accepted, t2 - t1)
             tokens, finish = _finish(main, verdict.tokens)
@@ -138,6 +138,17 @@ def generate(
                 return
     finally:
         drafts.end()
+
+
+def _sampler_at(
+    sampler: Sampler, logits: Logits, committed: list[int], draft: list[int]
+) -> Callable[[int], int]:
+    """Sample position i of a round: the main model's token after committed + draft[:i]."""
+
+    def sample_at(i: int) -> int:
+        return sampler.sample(logits[i], [*committed, *draft[:i]])
+
+    return sample_at
 
 
 def _finish(main: Model, tokens: tuple[int, ...]) -> tuple[tuple[int, ...], str | None]:

@@ -10,6 +10,7 @@ disconnected; it never affects a request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Sequence
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from duo import protocol as p
-from duo.draft import Draft, advance, usable
+from duo.draft import Draft, advance, merge, usable
 from duo.errors import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -37,14 +38,8 @@ class Peer:
     session: int = -1
 
     def merge(self, start: int, tokens: tuple[int, ...]) -> None:
-        """Guesses from `start` on replace whatever this back guessed there before."""
         with self.lock:
-            old = self.draft
-            if old is not None and old.start <= start <= old.start + len(old.tokens):
-                merged = old.tokens[: start - old.start] + tokens
-                self.draft = Draft(old.start, merged[:MAX_DRAFT])
-            else:
-                self.draft = Draft(start, tokens[:MAX_DRAFT])
+            self.draft = merge(self.draft, start, tokens, MAX_DRAFT)
 
 
 @dataclass
@@ -189,7 +184,9 @@ class Hub:
             self._peers = (*self._peers, peer)
             if self._committed is not None:  # joining mid-generation: catch up first
                 peer.session = self._session
-                peer.queue.put_nowait(p.encode(p.Begin(self._session, tuple(self._committed)), self.width))
+                peer.queue.put_nowait(
+                    p.encode(p.Begin(self._session, tuple(self._committed)), self.width)
+                )
 
     def _leave(self, peer: Peer) -> None:
         with self._lock:
@@ -218,7 +215,5 @@ class Hub:
 
 
 async def _close(ws: WebSocket, code: int, reason: str) -> None:
-    try:
+    with contextlib.suppress(RuntimeError):  # already closed
         await ws.close(code, reason[:120])
-    except RuntimeError:
-        pass

@@ -51,7 +51,9 @@ class SpecConfig:
     adaptive: bool = True  # --policy: verify only the draft prefix worth its cost (async)
 
 
-def resolve_models(main: str | None, draft: str | None, pair: str | None) -> tuple[Path, Path | None]:
+def resolve_models(
+    main: str | None, draft: str | None, pair: str | None
+) -> tuple[Path, Path | None]:
     """-m/-md paths, or the files of a named (default) pair, prepared on first use."""
     if main is None:
         if draft is not None:
@@ -69,9 +71,13 @@ def parse_pin(spec: str | None) -> tuple[frozenset[int] | None, frozenset[int] |
         return None, None
     try:
         main, _, draft = spec.partition(":")
-        cores = [frozenset(int(c) for c in part.split(",")) if part else None for part in (main, draft)]
+        cores = [
+            frozenset(int(c) for c in part.split(",")) if part else None for part in (main, draft)
+        ]
     except ValueError:
-        raise UsageError(f"--pin expects MAIN_CORES:DRAFT_CORES such as 0:1, not {spec!r}") from None
+        raise UsageError(
+            f"--pin expects MAIN_CORES:DRAFT_CORES such as 0:1, not {spec!r}"
+        ) from None
     available = os.sched_getaffinity(0)
     for group in cores:
         if group and not group <= available:
@@ -99,7 +105,10 @@ class Session:
         self.spec = spec
         self._adaptive: AdaptivePolicy | None = None
         self.main = Model(
-            models.main, n_ctx=models.n_ctx, n_threads=models.threads, n_gpu_layers=models.n_gpu_layers
+            models.main,
+            n_ctx=models.n_ctx,
+            n_threads=models.threads,
+            n_gpu_layers=models.n_gpu_layers,
         )
         self.draft: Model | None = None
         self.drafts: DraftSource = NoDrafts()
@@ -130,8 +139,12 @@ class Session:
             policy = self._policy()
             stats.add_prefill(prefill(self.main, prompt))
             for r in generate(
-                self.main, prompt, max_tokens=max_tokens, drafts=self.drafts,
-                draft_max=self.spec.draft_max, policy=policy,
+                self.main,
+                prompt,
+                max_tokens=max_tokens,
+                drafts=self.drafts,
+                draft_max=self.spec.draft_max,
+                policy=policy,
             ):
                 stats.add(r)
                 if on_round:

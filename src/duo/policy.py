@@ -100,7 +100,9 @@ class AdaptivePolicy:
     estimates stay current even when drafts are usually skipped.
     """
 
-    def __init__(self, costs: CostModel, acceptance: Acceptance | None = None, explore_every: int = 8):
+    def __init__(
+        self, costs: CostModel, acceptance: Acceptance | None = None, explore_every: int = 8
+    ):
         self.costs = costs
         self.acceptance = acceptance or Acceptance()
         self.explore_every = explore_every

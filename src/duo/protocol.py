@@ -107,8 +107,9 @@ def _unpack_tokens(data: bytes, width: int) -> tuple[int, ...]:
 def encode(msg: Message, width: int = 4) -> bytes:
     match msg:
         case Hello(version, n_vocab, max_ahead, fingerprint, name):
-            return _HELLO.pack(HELLO, version, n_vocab, max_ahead, bytes.fromhex(fingerprint)) + (
-                name.encode()[:64]
+            return (
+                _HELLO.pack(HELLO, version, n_vocab, max_ahead, bytes.fromhex(fingerprint))
+                + (name.encode()[:64])
             )
         case Welcome(version, w):
             return _WELCOME.pack(WELCOME, version, w)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from duo.backend import Model
 from duo.draft import Draft, usable
 from duo.drafter import DraftWorker, Mirror
+from duo.engine import DraftSource
 
 
 class SyncDrafts:
@@ -59,3 +60,25 @@ class ThreadDrafts:
 
     def close(self) -> None:
         self.worker.stop()
+
+
+class Longest:
+    """Several draft sources at once: the longest usable proposal wins."""
+
+    def __init__(self, sources: list[DraftSource]) -> None:
+        self.sources = sources
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        for s in self.sources:
+            s.begin(prompt)
+
+    def propose(self, committed: Sequence[int], limit: int) -> list[int]:
+        return max((s.propose(committed, limit) for s in self.sources), key=len, default=[])
+
+    def commit(self, start: int, tokens: Sequence[int]) -> None:
+        for s in self.sources:
+            s.commit(start, tokens)
+
+    def end(self) -> None:
+        for s in self.sources:
+            s.end()

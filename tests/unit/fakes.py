@@ -19,7 +19,9 @@ def table_model(seed: int) -> dict[tuple[int, int], int]:
     return {(a, b): int(rng.integers(1, N_VOCAB)) for a in range(N_VOCAB) for b in range(N_VOCAB)}
 
 
-def corrupted(table: dict[tuple[int, int], int], fraction: float, seed: int) -> dict[tuple[int, int], int]:
+def corrupted(
+    table: dict[tuple[int, int], int], fraction: float, seed: int
+) -> dict[tuple[int, int], int]:
     rng = np.random.default_rng(seed)
     out = dict(table)
     for key in out:
@@ -31,7 +33,9 @@ def corrupted(table: dict[tuple[int, int], int], fraction: float, seed: int) -> 
 class FakeModel:
     """Implements the parts of Model the engine and drafter use."""
 
-    def __init__(self, table: dict[tuple[int, int], int], *, n_ctx: int = 512, eog: int | None = None):
+    def __init__(
+        self, table: dict[tuple[int, int], int], *, n_ctx: int = 512, eog: int | None = None
+    ):
         self.table = table
         self.n_ctx = n_ctx
         self.n_vocab = N_VOCAB

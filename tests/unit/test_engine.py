@@ -16,7 +16,9 @@ from tests.unit.fakes import FakeModel, corrupted, reference, table_model
 PROMPTS = [[1], [3, 4, 5], [2, 2, 2, 2, 9, 1]]
 
 
-def run(main: FakeModel, prompt: list[int], n: int, drafts: Any = None, k: int = 4) -> tuple[list[int], Stats]:
+def run(
+    main: FakeModel, prompt: list[int], n: int, drafts: Any = None, k: int = 4
+) -> tuple[list[int], Stats]:
     model = cast(Model, main)
     stats = Stats()
     stats.add_prefill(prefill(model, prompt))

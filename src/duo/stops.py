@@ -1,0 +1,49 @@
+"""Stop strings, honoured exactly on streamed text.
+
+Text that might be the start of a stop string is held back until the next piece shows
+whether it is; nothing at or past a stop string is ever emitted, even when the stop
+string straddles several tokens or an accepted draft chunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class StopMatcher:
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops = [s for s in stops if s]
+        self._held = ""
+        self.stopped = False
+
+    def feed(self, text: str) -> str:
+        """Add generated text; return what can be emitted now (check .stopped after)."""
+        if self.stopped:
+            return ""
+        buf = self._held + text
+        if not self.stops:
+            self._held = ""
+            return buf
+        cut = min((i for i in (buf.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:
+            self.stopped = True
+            self._held = ""
+            return buf[:cut]
+        keep = self._partial_suffix(buf)
+        self._held = buf[len(buf) - keep :] if keep else ""
+        return buf[: len(buf) - keep]
+
+    def flush(self) -> str:
+        """The end of generation: held-back text was not a stop string after all."""
+        held, self._held = self._held, ""
+        return "" if self.stopped else held
+
+    def _partial_suffix(self, buf: str) -> int:
+        """Length of the longest suffix of buf that is a proper prefix of a stop string."""
+        best = 0
+        for stop in self.stops:
+            for n in range(min(len(stop) - 1, len(buf)), best, -1):
+                if buf.endswith(stop[:n]):
+                    best = n
+                    break
+        return best
