@@ -97,6 +97,7 @@ class DraftWorker:
         self._cv = threading.Condition()
         self._committed: list[int] | None = None
         self._version = 0
+        self._published_version = -1
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
@@ -151,19 +152,32 @@ class DraftWorker:
                 committed = list(self._committed)
                 seen = self._version
             try:
-                idle = self._step(committed)
+                idle = self._step(committed, changed=self._version_changed(seen))
             except Exception:  # a drafter failure must never reach the lead
                 log.exception("drafter step failed; waiting for the next commit")
                 idle = True
 
-    def _step(self, committed: list[int]) -> bool:
-        """One decode at most; returns True when there is nothing to do until a commit."""
+    def _version_changed(self, seen: int) -> bool:
+        changed = seen != self._published_version
+        self._published_version = seen
+        return changed
+
+    def _step(self, committed: list[int], *, changed: bool) -> bool:
+        """At most one decode; returns True when idle until the next commit.
+
+        The draft is published whenever it grew or the committed tokens moved (a new
+        generation may find its whole draft already in the mirror, e.g. a repeated prompt).
+        """
         mirror = self.mirror
-        if not mirror.follow(committed):
-            if mirror.ahead(len(committed)) >= self.max_ahead:
-                return True
-            if len(mirror.model.tokens) + 1 >= mirror.model.n_ctx:
-                return True
+        n = len(committed)
+        grew = mirror.follow(committed)
+        if (
+            not grew
+            and mirror.ahead(n) < self.max_ahead
+            and len(mirror.model.tokens) + 1 < mirror.model.n_ctx
+        ):
             mirror.extend()
-        self.publish(Draft(len(committed), mirror.draft(len(committed))))
-        return False
+            grew = True
+        if grew or changed:
+            self.publish(Draft(n, mirror.draft(n)[: self.max_ahead]))
+        return not grew
