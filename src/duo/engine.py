@@ -101,8 +101,13 @@ def generate(
     draft_max: int = 8,
     sampler: Sampler | None = None,
     policy: Policy | None = None,
+    on_prefill: Callable[[Prefill], None] | None = None,
 ) -> Iterator[Round]:
-    """Decode up to `max_tokens` tokens after a prefilled prompt, round by round."""
+    """Evaluate the prompt, then decode up to `max_tokens` tokens, round by round.
+
+    The draft source hears of the prompt first, so a concurrent drafter evaluates it
+    at the same time as the main model.
+    """
     if max_tokens <= 0:
         raise UsageError("the number of tokens to generate must be positive")
     drafts = drafts or NoDrafts()
@@ -112,6 +117,9 @@ def generate(
     produced = 0
     drafts.begin(prompt)
     try:
+        filled = prefill(main, prompt)
+        if on_prefill:
+            on_prefill(filled)
         while produced < max_tokens and len(committed) < main.n_ctx:
             t0 = time.perf_counter()
             # Room for the draft: the bonus token counts against max_tokens too.

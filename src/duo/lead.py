@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from duo.backend import Model
 from duo.console import TokenPrinter
-from duo.engine import DraftSource, Round, generate, prefill
+from duo.engine import DraftSource, Round, generate
 from duo.errors import DuoError, PromptTooLong
 from duo.hub import Hub
 from duo.local import ModelConfig, SpecConfig, check_compatible
@@ -166,7 +166,6 @@ class Lead:
         """On the engine thread: one generation, streamed as text deltas."""
         stats = Stats()
         try:
-            stats.add_prefill(prefill(self.main, job.prompt))
             decoder = codecs.getincrementaldecoder("utf-8")("replace")
             stops = StopMatcher(job.stops)
             show = TokenPrinter(self.main.piece, self.config.color) if self.config.console else None
@@ -178,6 +177,7 @@ class Lead:
                 drafts=self.drafts,
                 draft_max=self.config.spec.draft_max,
                 policy=self.policy,
+                on_prefill=stats.add_prefill,
             ):
                 stats.add(r)
                 if show:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from duo.backend import Model
-from duo.engine import DraftSource, NoDrafts, Round, generate, prefill
+from duo.engine import DraftSource, NoDrafts, Round, generate
 from duo.errors import IncompatibleModels, UsageError
 from duo.models import DEFAULT_PAIR, get_pair, prepare
 from duo.policy import AdaptivePolicy, FixedPolicy, Policy, calibrate
@@ -137,7 +137,6 @@ class Session:
         stats = Stats()
         with _pinned(self.spec.main_cores):
             policy = self._policy()
-            stats.add_prefill(prefill(self.main, prompt))
             for r in generate(
                 self.main,
                 prompt,
@@ -145,6 +144,7 @@ class Session:
                 drafts=self.drafts,
                 draft_max=self.spec.draft_max,
                 policy=policy,
+                on_prefill=stats.add_prefill,
             ):
                 stats.add(r)
                 if on_round:

@@ -21,9 +21,10 @@ def run(
 ) -> tuple[list[int], Stats]:
     model = cast(Model, main)
     stats = Stats()
-    stats.add_prefill(prefill(model, prompt))
     out: list[int] = []
-    for r in generate(model, prompt, max_tokens=n, drafts=drafts, draft_max=k):
+    for r in generate(
+        model, prompt, max_tokens=n, drafts=drafts, draft_max=k, on_prefill=stats.add_prefill
+    ):
         stats.add(r)
         out.extend(r.tokens)
     return out, stats
@@ -115,7 +116,6 @@ def test_main_kv_holds_exactly_the_committed_tokens_but_the_last() -> None:
     table = table_model(11)
     main = FakeModel(table)
     prompt = [4, 5]
-    prefill(cast(Model, main), prompt)
     drafts = SyncDrafts(cast(Model, FakeModel(corrupted(table, 0.5, seed=1))))
     committed = list(prompt)
     for r in generate(cast(Model, main), prompt, max_tokens=30, drafts=drafts, draft_max=4):
@@ -144,7 +144,6 @@ def test_prompt_errors() -> None:
 def test_context_limit_ends_with_length() -> None:
     table = table_model(14)
     main = FakeModel(table, n_ctx=10)
-    prefill(cast(Model, main), [1, 2])
     rounds = list(generate(cast(Model, main), [1, 2], max_tokens=100))
     assert sum(len(r.tokens) for r in rounds) == 8
     assert rounds[-1].finish == "length"

@@ -1,0 +1,3 @@
+from duo.cli import run
+
+run()

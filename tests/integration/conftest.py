@@ -1,0 +1,127 @@
+"""Fixtures for integration tests: the real default models and real duo processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from duo.models import get_pair, prepare
+
+
+@pytest.fixture(scope="session")
+def pair() -> tuple[Path, Path]:
+    """(main, draft) paths of the default smollm2 pair, prepared once."""
+    main, draft = prepare(get_pair("smollm2"), progress=False)
+    return main, draft
+
+
+@pytest.fixture(scope="session")
+def other_vocab_draft() -> Path:
+    """A draft model whose vocabulary differs from smollm2's (gemma3's Q2_K)."""
+    return prepare(get_pair("gemma3"), progress=False)[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Proc:
+    """A duo subprocess whose output is kept in a file; always torn down."""
+
+    def __init__(self, args: list[str], log: Path) -> None:
+        self.log = log
+        self._out = log.open("wb")
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "duo", *args],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.alive():
+            self.popen.send_signal(sig)
+        self.popen.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.alive():
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=15)
+        self._out.close()
+
+
+def wait_until(predicate, timeout: float, what: str, proc: Proc | None = None) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and not proc.alive():
+            raise AssertionError(f"{what}: process exited early:\n{proc.output()[-3000:]}")
+        try:
+            if predicate():
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def health(url: str) -> dict:  # type: ignore[type-arg]
+    return httpx.get(f"{url}/health", timeout=5).json()  # type: ignore[no-any-return]
+
+
+class Cluster:
+    """Starts leads and backs on loopback for one test, and stops them all after."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.procs: list[Proc] = []
+
+    def lead(self, *args: str) -> tuple[Proc, str]:
+        port = free_port()
+        proc = Proc(["lead", "--port", str(port), *args], self.tmp / f"lead-{port}.log")
+        self.procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: health(url)["status"] == "ok", 180, "lead ready", proc)
+        return proc, url
+
+    def back(self, url: str, *args: str, wait: bool = True) -> Proc:
+        before = health(url)["drafters"]
+        proc = Proc(["back", "--lead", url, *args], self.tmp / f"back-{len(self.procs)}.log")
+        self.procs.append(proc)
+        if wait:
+            wait_until(lambda: health(url)["drafters"] > before, 120, "back connected", proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        c.stop()
