@@ -51,10 +51,10 @@ def _llama() -> Any:
 
 
 def _forward_log(level: int, text: bytes, _user: Any) -> None:
-    # llama.cpp is chatty at load; route it to DEBUG (GGML_LOG_LEVEL_ERROR = 4 stays visible).
+    # llama.cpp's own log goes to DEBUG (duo -v): duo reports its failures in its own words.
     message = text.decode("utf-8", "replace").rstrip("\n")
     if message:
-        log.log(logging.ERROR if level == 4 else logging.DEBUG, "llama.cpp: %s", message)
+        log.debug("llama.cpp: %s", message)
 
 
 class Model:
@@ -104,10 +104,10 @@ class Model:
         self._mem = lib.llama_get_memory(self._ctx)
         self.n_vocab: int = lib.llama_vocab_n_tokens(self._vocab)
         self.n_ctx: int = lib.llama_n_ctx(self._ctx)
-        self.n_batch = n_batch
+        self.n_batch: int = lib.llama_n_batch(self._ctx)  # llama.cpp may lower it to n_ctx
         self.n_threads = n_threads
         self.tokens: list[int] = []  # the tokens whose KV is in the cache, in order
-        self._batch = lib.llama_batch_init(n_batch, 0, 1)
+        self._batch = lib.llama_batch_init(self.n_batch, 0, 1)
         self._pieces: dict[int, bytes] = {}
         self._fingerprint: str | None = None
 

@@ -1,0 +1,115 @@
+"""`duo generate` as a user runs it: real models, real process, real exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def duo(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "duo", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def assert_clean_failure(result: subprocess.CompletedProcess[str], message: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("mode", ["target", "sync", "async"])
+def test_generate_streams_text_and_a_summary(pair: tuple[Path, Path], mode: str) -> None:
+    main, draft = pair
+    r = duo(
+        "generate",
+        "-m",
+        str(main),
+        "-md",
+        str(draft),
+        "--mode",
+        mode,
+        "-p",
+        "The three primary colors are",
+        "-n",
+        "24",
+        "--color",
+        "never",
+    )
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.strip()) > 10
+    assert "\x1b[" not in r.stdout  # --color never
+    for line in ("encoded", "decoded", "acceptance rate", "mean acceptance length"):
+        assert line in r.stderr
+    if mode != "target":
+        assert "drafted 0," not in r.stderr
+
+
+def test_same_text_in_every_mode(pair: tuple[Path, Path]) -> None:
+    main, draft = pair
+    outs = {
+        mode: duo(
+            "generate",
+            "-m",
+            str(main),
+            "-md",
+            str(draft),
+            "--mode",
+            mode,
+            "--policy",
+            "fixed",
+            "-p",
+            "Once upon a time",
+            "-n",
+            "48",
+        ).stdout
+        for mode in ("target", "sync", "async")
+    }
+    assert outs["target"] and outs["sync"] == outs["target"] and outs["async"] == outs["target"]
+
+
+def test_color_always_marks_accepted_draft_tokens(pair: tuple[Path, Path]) -> None:
+    main, draft = pair
+    r = duo(
+        "generate",
+        "-m",
+        str(main),
+        "-md",
+        str(draft),
+        "--mode",
+        "sync",
+        "-p",
+        "1, 2, 3, 4, 5,",
+        "-n",
+        "32",
+        "--color",
+        "always",
+    )
+    assert "\x1b[32m" in r.stdout
+
+
+def test_truncated_model_file(tmp_path: Path, pair: tuple[Path, Path]) -> None:
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(pair[0].read_bytes()[:5_000_000])
+    r = duo("generate", "-m", str(broken), "--mode", "target", "-p", "hi")
+    assert_clean_failure(r, "could not load")
+
+
+def test_draft_with_another_vocabulary(pair: tuple[Path, Path], other_vocab_draft: Path) -> None:
+    r = duo("generate", "-m", str(pair[0]), "-md", str(other_vocab_draft), "-p", "hi")
+    assert_clean_failure(r, "another vocabulary")
+
+
+def test_prompt_longer_than_the_context(pair: tuple[Path, Path]) -> None:
+    r = duo("generate", "-m", str(pair[0]), "--mode", "target", "-c", "64", "-p", "word " * 400)
+    assert_clean_failure(r, "context")

@@ -1,0 +1,52 @@
+"""Bad command lines fail with a one-line message and exit code 2, before any model loads."""
+
+from __future__ import annotations
+
+import pytest
+
+from duo.cli import main
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["generate", "-p", "hi", "-n", "0"], "positive integer"),
+        (["generate", "-p", "hi", "-n", "many"], "positive integer"),
+        (["generate", "-p", "hi", "--mode", "turbo"], "invalid choice"),
+        (["generate", "-p", "hi", "-t", "-1"], "positive integer"),
+        (["generate", "-p", "hi", "-ngl", "-2"], "integer >= 0"),
+        (["generate"], "give a prompt"),
+        (["generate", "-p", "hi", "-md", "draft.gguf"], "-md needs -m"),
+        (["generate", "-p", "hi", "--pair", "nope"], "unknown model pair"),
+        (["generate", "-p", "hi", "--pin", "a:b"], "--pin"),
+        (["generate", "-p", "hi", "--pin", "0:4096"], "not available"),
+        (["generate", "-f", "/nonexistent/prompt.txt"], "cannot read prompt file"),
+        (
+            ["generate", "-p", "hi", "-m", "/nonexistent/model.gguf", "--mode", "target"],
+            "model file not found",
+        ),
+        (["generate", "-p", "hi", "-m", "/nonexistent/model.gguf"], "needs a draft model"),
+        (["models", "prepare", "nope"], "unknown model pair"),
+        (["back", "--lead", "ftp://host"], "--lead expects a URL"),
+        (["lead", "--port", "0"], "positive integer"),
+        ([], "required"),
+    ],
+)
+def test_bad_usage_exits_2_with_a_message(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse's own errors
+        code = int(e.code or 0)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_a_file_that_is_not_gguf_is_refused(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    bogus = tmp_path / "model.gguf"
+    bogus.write_bytes(b"not a model at all")
+    assert main(["generate", "-p", "hi", "-m", str(bogus), "--mode", "target"]) == 2
+    assert "is not a GGUF file" in capsys.readouterr().err
