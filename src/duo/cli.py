@@ -54,15 +54,16 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("-c", "--ctx-size", type=positive, default=4096, help="context size")
 
 
-def add_spec_args(p: argparse.ArgumentParser, default_mode: str = "async") -> None:
+def add_spec_args(p: argparse.ArgumentParser, *, modes: bool = True) -> None:
     g = p.add_argument_group("speculation")
-    g.add_argument(
-        "--mode",
-        choices=MODES,
-        default=default_mode,
-        help="target: main model alone; sync: draft then verify; "
-        "async: concurrent drafter (default %(default)s)",
-    )
+    if modes:
+        g.add_argument(
+            "--mode",
+            choices=MODES,
+            default="async",
+            help="target: main model alone; sync: draft then verify; "
+            "async: concurrent drafter (default %(default)s)",
+        )
     g.add_argument(
         "--draft",
         type=positive,
@@ -105,7 +106,7 @@ def model_config(args: argparse.Namespace, *, need_draft: bool) -> ModelConfig:
 def spec_config(args: argparse.Namespace, mode: str | None = None) -> SpecConfig:
     main_cores, draft_cores = parse_pin(args.pin)
     return SpecConfig(
-        mode=mode or args.mode,
+        mode=mode or getattr(args, "mode", "async"),
         draft_max=args.draft,
         max_ahead=args.max_ahead,
         main_cores=main_cores,
@@ -212,7 +213,6 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="wrap the prompt as a user message in the model's chat template",
     )
-    g.add_argument("--seed", type=int, default=None, help="sampling seed")
     g.add_argument(
         "--color",
         choices=("auto", "always", "never"),

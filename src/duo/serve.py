@@ -21,7 +21,7 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     lead = sub.add_parser("lead", help="serve the main model: OpenAI-compatible API + drafters")
     add_model_args(lead)
-    add_spec_args(lead, default_mode="async")
+    add_spec_args(lead, modes=False)
     g = lead.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
     g.add_argument("--port", type=positive, default=5555, help="port (default %(default)s)")
