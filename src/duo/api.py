@@ -158,6 +158,8 @@ def timings(s: Stats) -> dict[str, float]:
         "predicted_n": s.tokens,
         "predicted_ms": 1000 * s.decode_seconds,
         "predicted_per_second": s.tokens_per_second,
+        "main_decode_ms": 1000 * s.llama_seconds,
+        "overhead_ms_per_round": s.overhead_ms_per_round,
         "draft_n": s.drafted,
         "draft_n_accepted": s.accepted,
         "acceptance_rate": s.acceptance_rate,

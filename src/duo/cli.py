@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from duo import __version__
+from duo.bench import MODES as BENCH_MODES
 from duo.console import TokenPrinter
 from duo.errors import DuoError, UsageError
 from duo.local import MODES, ModelConfig, Session, SpecConfig, parse_pin, resolve_models
@@ -106,7 +108,7 @@ def model_config(args: argparse.Namespace, *, need_draft: bool) -> ModelConfig:
 def spec_config(args: argparse.Namespace, mode: str | None = None) -> SpecConfig:
     main_cores, draft_cores = parse_pin(args.pin)
     return SpecConfig(
-        mode=mode or getattr(args, "mode", "async"),
+        mode=str(mode or getattr(args, "mode", "async")),
         draft_max=args.draft,
         max_ahead=args.max_ahead,
         main_cores=main_cores,
@@ -193,6 +195,41 @@ def cmd_models(args: argparse.Namespace) -> int:
     return status
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from duo import bench
+
+    prompts = bench.load_prompts(args.prompts)
+    if args.repeat > 1 and len(prompts) < 2:
+        raise UsageError("--repeat needs at least two prompts (a drafter would cache the answer)")
+    devices = args.devices
+    if devices is None and len(os.sched_getaffinity(0)) > 1:
+        devices = "0:1"
+    main_cores, draft_cores = parse_pin(devices)
+    spec = SpecConfig(
+        mode="async",
+        draft_max=args.draft,
+        max_ahead=args.max_ahead,
+        main_cores=main_cores,
+        draft_cores=draft_cores,
+        adaptive=args.policy == "adaptive",
+    )
+    models = model_config(args, need_draft=True)
+    report = bench.run(
+        models,
+        spec,
+        args.modes,
+        prompts,
+        args.n_predict,
+        args.repeat,
+        log=lambda msg: print(f"\r\x1b[K{msg}", end="", file=sys.stderr, flush=True),
+    )
+    print(file=sys.stderr)
+    print(report.table())
+    if args.json:
+        Path(args.json).write_text(bench.to_json(report))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="duo", description="Asynchronous, distributed speculative decoding on llama.cpp."
@@ -232,6 +269,31 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("action", nargs="?", choices=("list", "prepare", "verify"), default="list")
     models.add_argument("name", nargs="?", help="pair name (prepare only; default: all)")
     models.set_defaults(func=cmd_models)
+
+    bench = sub.add_parser("bench", help="measure every mode on the same prompts, side by side")
+    add_model_args(bench)
+    g = bench.add_argument_group("benchmark")
+    g.add_argument(
+        "--modes",
+        nargs="+",
+        choices=BENCH_MODES,
+        default=list(BENCH_MODES),
+        help="modes to measure (default: all)",
+    )
+    g.add_argument("-n", "--n-predict", type=positive, default=128, help="tokens per prompt")
+    g.add_argument("--prompts", help="JSON-lines prompt suite (default: the bundled dozen)")
+    g.add_argument("--repeat", type=positive, default=3, help="repeats of the suite (median)")
+    g.add_argument("--draft", type=positive, default=8, metavar="K", help="draft tokens per round")
+    g.add_argument("--max-ahead", type=positive, default=12, metavar="N", help="drafter run-ahead")
+    g.add_argument("--policy", choices=("adaptive", "fixed"), default="adaptive")
+    g.add_argument(
+        "--devices",
+        metavar="MAIN:DRAFT",
+        default=None,
+        help="cores of the main and draft devices (default 0:1 with 2+ cores)",
+    )
+    g.add_argument("--json", metavar="OUT", help="write the report as JSON")
+    bench.set_defaults(func=cmd_bench)
 
     add_lead_parser(sub)
     add_back_parser(sub)

@@ -1,0 +1,431 @@
+"""`duo bench`: every mode on the same prompts, in the same run, on pinned "devices".
+
+Modes:
+    target-1    the main model alone on the main device (one core set)
+    target-all  the main model alone on every core (the strongest single-box alternative)
+    sync        classic speculative decoding on the main device
+    async       the drafter on its own thread and device, in one process
+    lead+back   `duo lead` and `duo back` as separate processes over loopback
+
+Warm-up runs are excluded; each figure is the median over repeats of the whole suite. The
+suite is run in order, so no prompt follows itself (a drafter would otherwise still hold
+the previous answer in its cache and look better than it is).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from duo.errors import UsageError
+from duo.local import ModelConfig, Session, SpecConfig
+from duo.policy import calibrate
+from duo.stats import Stats
+
+MODES = ("target-1", "target-all", "sync", "async", "lead+back")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    kind: str  # "chat" (the model's chat template) or "raw"
+    category: str
+    text: str
+
+
+@dataclass
+class ModeResult:
+    mode: str
+    tokens_per_second: float
+    tokens_per_second_runs: list[float]
+    ttft_ms: float
+    acceptance_rate: float
+    mean_acceptance_length: float
+    accepted_at: list[float]
+    overhead_ms_per_round: float
+    wire_bytes_per_token: float | None = None
+    speedup_vs_target_1: float | None = None
+    speedup_vs_sync: float | None = None
+    devices: str = ""
+
+
+@dataclass
+class Report:
+    machine: dict[str, Any]
+    settings: dict[str, Any]
+    modes: list[ModeResult] = field(default_factory=list)
+    ceiling_tokens_per_second: float | None = None
+
+    def table(self) -> str:
+        rows = [
+            f"{'mode':11} {'tok/s':>7} {'vs t-1':>7} {'vs sync':>8} {'ttft ms':>8} "
+            f"{'accept':>7} {'mean len':>9} {'ovh ms':>7} {'B/tok':>6}  devices"
+        ]
+        for m in self.modes:
+            rows.append(
+                f"{m.mode:11} {m.tokens_per_second:7.1f} {_x(m.speedup_vs_target_1):>7} "
+                f"{_x(m.speedup_vs_sync):>8} {m.ttft_ms:8.1f} {m.acceptance_rate:7.2f} "
+                f"{m.mean_acceptance_length:9.2f} {m.overhead_ms_per_round:7.2f} "
+                f"{'' if m.wire_bytes_per_token is None else f'{m.wire_bytes_per_token:.1f}':>6}"
+                f"  {m.devices}"
+            )
+        if self.ceiling_tokens_per_second:
+            rows.append(
+                f"ceiling (zero-cost drafter at the measured acceptance): "
+                f"{self.ceiling_tokens_per_second:.1f} tok/s"
+            )
+        return "\n".join(rows)
+
+
+def _x(v: float | None) -> str:
+    return "" if v is None else f"{v:.2f}x"
+
+
+def load_prompts(path: str | None) -> list[Prompt]:
+    if path is None:
+        text = resources.files("duo").joinpath("prompts/suite.jsonl").read_text()
+    else:
+        try:
+            text = Path(path).read_text()
+        except OSError as e:
+            raise UsageError(f"cannot read {path}: {e.strerror}") from None
+    prompts = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            prompts.append(Prompt(obj.get("kind", "chat"), obj.get("category", ""), obj["text"]))
+        except (ValueError, KeyError, TypeError):
+            raise UsageError(f"{path}:{i}: expected a JSON object with a 'text' field") from None
+    if not prompts:
+        raise UsageError("the prompt suite is empty")
+    return prompts
+
+
+def _tokens(session: Session, p: Prompt) -> list[int]:
+    if p.kind == "chat":
+        text = session.main.render_chat([{"role": "user", "content": p.text}])
+        return session.main.tokenize(text, add_special=False)
+    return session.main.tokenize(p.text)
+
+
+def _summarise(mode: str, runs: list[list[Stats]], ttfts: list[float], devices: str) -> ModeResult:
+    per_run = [sum(s.tokens for s in r) / sum(s.decode_seconds for s in r) for r in runs]
+    total = Stats()
+    for r in runs:
+        for s in r:
+            total.tokens += s.tokens
+            total.rounds += s.rounds
+            total.drafted += s.drafted
+            total.accepted += s.accepted
+            total.decode_seconds += s.decode_seconds
+            total.llama_seconds += s.llama_seconds
+            for i, (d, a) in enumerate(zip(s.drafted_at, s.accepted_at, strict=True)):
+                while len(total.drafted_at) <= i:
+                    total.drafted_at.append(0)
+                    total.accepted_at.append(0)
+                total.drafted_at[i] += d
+                total.accepted_at[i] += a
+    return ModeResult(
+        mode=mode,
+        tokens_per_second=statistics.median(per_run),
+        tokens_per_second_runs=per_run,
+        ttft_ms=1000 * statistics.median(ttfts),
+        acceptance_rate=total.acceptance_rate,
+        mean_acceptance_length=total.mean_acceptance_length if total.drafted else 1.0,
+        accepted_at=[a / d for a, d in zip(total.accepted_at, total.drafted_at, strict=True) if d],
+        overhead_ms_per_round=total.overhead_ms_per_round,
+        devices=devices,
+    )
+
+
+def run_in_process(
+    mode: str,
+    models: ModelConfig,
+    spec: SpecConfig,
+    prompts: list[Prompt],
+    n: int,
+    repeat: int,
+    log: Any,
+) -> ModeResult:
+    with Session(models, spec) as session:
+        tokenized = [_tokens(session, p) for p in prompts]
+        session.run(tokenized[-1], min(n, 16))  # warm-up (and calibration), not measured
+        runs, ttfts = [], []
+        for rep in range(repeat):
+            stats_list = []
+            for i, prompt in enumerate(tokenized):
+                clock = _FirstRound()
+                stats = session.run(prompt, n, clock)
+                ttfts.append(clock.seconds)
+                stats_list.append(stats)
+                log(
+                    f"{mode}: run {rep + 1}/{repeat}, prompt {i + 1}/{len(prompts)}: "
+                    f"{stats.tokens_per_second:.1f} tok/s"
+                )
+            runs.append(stats_list)
+        devices = _devices(spec, models)
+        return _summarise(mode, runs, ttfts, devices)
+
+
+class _FirstRound:
+    """Time from creation to the first round: prompt evaluation + first token."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.seconds = 0.0
+
+    def __call__(self, _round: object) -> None:
+        if not self.seconds:
+            self.seconds = time.perf_counter() - self.t0
+
+
+def _devices(spec: SpecConfig, models: ModelConfig) -> str:
+    main = ",".join(map(str, sorted(spec.main_cores))) if spec.main_cores else "all"
+    text = f"main: cores {main} x{models.threads}t"
+    if spec.mode != "target":
+        draft = ",".join(map(str, sorted(spec.draft_cores))) if spec.draft_cores else "all"
+        text += f"; draft: cores {draft} x{models.draft_threads}t"
+    return text
+
+
+def run_lead_back(
+    models: ModelConfig, spec: SpecConfig, prompts: list[Prompt], n: int, repeat: int, log: Any
+) -> ModeResult:
+    assert models.draft is not None
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    pin_main = ",".join(map(str, sorted(spec.main_cores))) if spec.main_cores else ""
+    pin_draft = ",".join(map(str, sorted(spec.draft_cores))) if spec.draft_cores else ""
+    lead_cmd = [
+        sys.executable,
+        "-m",
+        "duo",
+        "lead",
+        "-m",
+        str(models.main),
+        "--port",
+        str(port),
+        "--quiet",
+        "--draft",
+        str(spec.draft_max),
+        "-t",
+        str(models.threads),
+        "--policy",
+        "adaptive" if spec.adaptive else "fixed",
+    ]
+    if pin_main:
+        lead_cmd += ["--pin", f"{pin_main}:"]
+    back_cmd = [
+        sys.executable,
+        "-m",
+        "duo",
+        "back",
+        "-m",
+        str(models.draft),
+        "--lead",
+        url,
+        "-t",
+        str(models.draft_threads),
+        "--max-ahead",
+        str(spec.max_ahead),
+    ]
+    if pin_draft:
+        back_cmd += ["--pin", pin_draft]
+    procs = [subprocess.Popen(lead_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        _wait(lambda: httpx.get(f"{url}/health", timeout=2).json()["status"] == "ok", procs[0])
+        procs.append(
+            subprocess.Popen(back_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        )
+        _wait(lambda: httpx.get(f"{url}/health", timeout=2).json()["drafters"] > 0, procs[1])
+        with httpx.Client(base_url=url, timeout=600) as client:
+            _complete(client, prompts[-1], min(n, 16))  # warm-up
+            bytes_before = _wire_bytes(client)
+            runs, ttfts = [], []
+            for rep in range(repeat):
+                stats_list = []
+                for i, p in enumerate(prompts):
+                    stats, ttft = _complete(client, p, n)
+                    stats_list.append(stats)
+                    ttfts.append(ttft)
+                    log(
+                        f"lead+back: run {rep + 1}/{repeat}, prompt {i + 1}/{len(prompts)}: "
+                        f"{stats.tokens_per_second:.1f} tok/s"
+                    )
+                runs.append(stats_list)
+            wire = _wire_bytes(client) - bytes_before
+        result = _summarise("lead+back", runs, ttfts, _devices(spec, models) + " (2 processes)")
+        tokens = sum(s.tokens for r in runs for s in r)
+        result.wire_bytes_per_token = wire / tokens if tokens else None
+        return result
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def _complete(client: httpx.Client, p: Prompt, n: int) -> tuple[Stats, float]:
+    body: dict[str, Any] = {"max_tokens": n, "temperature": 0, "stream": True}
+    if p.kind == "chat":
+        path, body["messages"] = "/v1/chat/completions", [{"role": "user", "content": p.text}]
+    else:
+        path, body["prompt"] = "/v1/completions", p.text
+    t0 = time.perf_counter()
+    ttft = 0.0
+    timings: dict[str, Any] = {}
+    with client.stream("POST", path, json=body) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if (
+                not ttft
+                and chunk["choices"]
+                and (
+                    chunk["choices"][0].get("text")
+                    or chunk["choices"][0].get("delta", {}).get("content")
+                )
+            ):
+                ttft = time.perf_counter() - t0
+            timings = chunk.get("timings", timings)
+    s = Stats(
+        prompt_tokens=timings["prompt_n"],
+        prefill_seconds=timings["prompt_ms"] / 1000,
+        tokens=timings["predicted_n"],
+        rounds=timings["rounds"],
+        drafted=timings["draft_n"],
+        accepted=timings["draft_n_accepted"],
+        decode_seconds=timings["predicted_ms"] / 1000,
+        llama_seconds=timings["predicted_ms"] / 1000,
+    )
+    return s, ttft
+
+
+def _wire_bytes(client: httpx.Client) -> int:
+    text = client.get("/metrics").text
+    total = 0
+    for line in text.splitlines():
+        if line.startswith(("duo_wire_bytes_sent_total", "duo_wire_bytes_received_total")):
+            total += int(float(line.split()[1]))
+    return total
+
+
+def _wait(predicate: Any, proc: subprocess.Popen[bytes], timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise UsageError(f"a benchmark process exited early (code {proc.returncode})")
+        try:
+            if predicate():
+                return
+        except (httpx.HTTPError, KeyError, ValueError):
+            pass
+        time.sleep(0.1)
+    raise UsageError("a benchmark process did not become ready in time")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def ceiling(models: ModelConfig, spec: SpecConfig, sync: ModeResult) -> float:
+    """Tokens/s with a drafter that costs nothing, at the acceptance measured for sync.
+
+    sync verifies k tokens every round, so accepted_at[i] estimates P(at least i+1 draft
+    tokens accepted); a round verifying L tokens then yields 1 + sum(accepted_at[:L]).
+    """
+    with Session(
+        ModelConfig(models.main, None, threads=models.threads),
+        SpecConfig(mode="target", main_cores=spec.main_cores),
+    ) as s:
+        before = os.sched_getaffinity(0)
+        if spec.main_cores:
+            os.sched_setaffinity(0, spec.main_cores)
+        try:
+            costs = calibrate(s.main, len(sync.accepted_at) + 1, repeats=5)
+        finally:
+            os.sched_setaffinity(0, before)
+    return max(
+        (1 + sum(sync.accepted_at[:n])) / costs.cost(n + 1)
+        for n in range(len(sync.accepted_at) + 1)
+    )
+
+
+def run(
+    models: ModelConfig,
+    spec: SpecConfig,
+    modes: list[str],
+    prompts: list[Prompt],
+    n: int,
+    repeat: int,
+    log: Any,
+) -> Report:
+    all_cores = sorted(os.sched_getaffinity(0))
+    report = Report(
+        machine={
+            "cpus": len(all_cores),
+            "platform": sys.platform,
+            "python": sys.version.split()[0],
+        },
+        settings={
+            "main": str(models.main),
+            "draft": str(models.draft),
+            "n": n,
+            "repeat": repeat,
+            "draft_max": spec.draft_max,
+            "max_ahead": spec.max_ahead,
+            "prompts": len(prompts),
+            "policy": "adaptive" if spec.adaptive else "fixed",
+        },
+    )
+    for mode in modes:
+        if mode == "target-1":
+            cfg = SpecConfig(**{**asdict(spec), "mode": "target", "draft_cores": None})
+            result = run_in_process(
+                mode,
+                ModelConfig(models.main, None, threads=models.threads),
+                cfg,
+                prompts,
+                n,
+                repeat,
+                log,
+            )
+        elif mode == "target-all":
+            cfg = SpecConfig(mode="target")
+            mc = ModelConfig(models.main, None, threads=len(all_cores))
+            result = run_in_process(mode, mc, cfg, prompts, n, repeat, log)
+        elif mode in ("sync", "async"):
+            cfg = SpecConfig(**{**asdict(spec), "mode": mode})
+            result = run_in_process(mode, models, cfg, prompts, n, repeat, log)
+        else:
+            result = run_lead_back(models, spec, prompts, n, repeat, log)
+        report.modes.append(result)
+    by_mode = {m.mode: m for m in report.modes}
+    for m in report.modes:
+        if "target-1" in by_mode:
+            m.speedup_vs_target_1 = m.tokens_per_second / by_mode["target-1"].tokens_per_second
+        if "sync" in by_mode:
+            m.speedup_vs_sync = m.tokens_per_second / by_mode["sync"].tokens_per_second
+    if "sync" in by_mode and by_mode["sync"].accepted_at:
+        report.ceiling_tokens_per_second = ceiling(models, spec, by_mode["sync"])
+    return report
+
+
+def to_json(report: Report) -> str:
+    return json.dumps(asdict(report), indent=1)
