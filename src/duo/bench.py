@@ -308,7 +308,7 @@ def _complete(client: httpx.Client, p: Prompt, n: int) -> tuple[Stats, float]:
         drafted=timings["draft_n"],
         accepted=timings["draft_n_accepted"],
         decode_seconds=timings["predicted_ms"] / 1000,
-        llama_seconds=timings["predicted_ms"] / 1000,
+        llama_seconds=timings["main_decode_ms"] / 1000,
     )
     return s, ttft
 

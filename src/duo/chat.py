@@ -7,6 +7,7 @@ Ctrl-C stops the answer being written. With piped stdin, lines are read without 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
@@ -17,7 +18,7 @@ import httpx
 
 DIM = "\x1b[2m"
 RESET = "\x1b[0m"
-TIMEOUT = httpx.Timeout(300.0, connect=10.0)  # reads wait out a busy lead's queue
+TIMEOUT = httpx.Timeout(300.0, connect=10.0)  # reads may wait out a busy lead's queue
 
 
 class ChatError(Exception):
@@ -29,27 +30,25 @@ class ChatError(Exception):
 
 
 class History:
-    """The conversation so far, in the order the API wants it, system prompt first."""
+    """The conversation so far; a turn joins it only once its answer is complete."""
 
     def __init__(self, system: str | None = None) -> None:
         self.system = system
-        self.messages: list[dict[str, str]] = []
-        self.reset()
+        self.turns: list[dict[str, str]] = []
+
+    def messages(self, question: str) -> list[dict[str, str]]:
+        """What to send to ask `question` next: system prompt, earlier turns, question."""
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        return [*system, *self.turns, {"role": "user", "content": question}]
+
+    def add(self, question: str, answer: str) -> None:
+        self.turns += [
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": answer},
+        ]
 
     def reset(self) -> None:
-        self.messages = [{"role": "system", "content": self.system}] if self.system else []
-
-    def ask(self, question: str) -> list[dict[str, str]]:
-        self.messages.append({"role": "user", "content": question})
-        return list(self.messages)
-
-    def answer(self, text: str) -> None:
-        self.messages.append({"role": "assistant", "content": text})
-
-    def retract(self) -> None:
-        """Forget an unanswered question (failed or interrupted)."""
-        if self.messages and self.messages[-1]["role"] == "user":
-            self.messages.pop()
+        self.turns = []
 
 
 def sse_events(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
@@ -95,19 +94,18 @@ def stream_answer(
 
 
 def format_stats(final: dict[str, Any]) -> str | None:
-    """One line from the final chunk's `usage` and `timings`; None if it has neither."""
-    usage, t = final.get("usage") or {}, final.get("timings")
-    if not t:
-        n = usage.get("completion_tokens")
-        return None if n is None else f"[{n} tokens]"
-    n = usage.get("completion_tokens", t.get("predicted_n", 0))
-    line = (
+    """One line from the final chunk's `usage` and `timings`; None without timings."""
+    t = final.get("timings")
+    if not isinstance(t, dict):
+        return None
+    n = (final.get("usage") or {}).get("completion_tokens", t.get("predicted_n", 0))
+    cut = (final.get("choices") or [{}])[0].get("finish_reason") == "length"
+    return (
         f"[{n} tokens, {t.get('predicted_per_second', 0):.1f} tok/s, "
         f"drafted {t.get('draft_n', 0)}, accepted {t.get('draft_n_accepted', 0)}, "
         f"mean acceptance length {t.get('mean_acceptance_length', 0):.1f}"
+        + (", cut at the token limit]" if cut else "]")
     )
-    cut = (final.get("choices") or [{}])[0].get("finish_reason") == "length"
-    return line + (", cut at the token limit]" if cut else "]")
 
 
 def reason(e: httpx.HTTPError) -> str:
@@ -121,36 +119,40 @@ def reason(e: httpx.HTTPError) -> str:
 def response_error(r: httpx.Response) -> ChatError:
     if r.status_code == 401:
         return ChatError("the lead refused the API key", fatal=True)
-    r.read()
     try:
-        body = r.json()
+        body = json.loads(r.read())
     except ValueError:
         body = None
     return ChatError(error_text(body, f"HTTP {r.status_code} {r.reason_phrase}"))
 
 
 def check(client: httpx.Client, url: str) -> str:
-    """Fails unless a lead answers at `url` and accepts our key; returns its model name."""
+    """Fails unless a lead answers at `url` and takes our API key; returns its model's name."""
     try:
         health = client.get("/health")
-        if health.status_code != 200:
-            raise ChatError(f"{url} answered /health with HTTP {health.status_code}; not a lead?")
-        if client.get("/v1/models").status_code == 401:
-            raise response_error(httpx.Response(401))
+        models = client.get("/v1/models")  # /health needs no key; this does
     except httpx.HTTPError as e:
         raise ChatError(
             f"cannot reach the lead at {url} ({reason(e)}); start it with `duo lead`"
         ) from None
+    if health.status_code != 200:
+        raise ChatError(f"{url} answered /health with HTTP {health.status_code}; not a lead?")
+    if models.status_code == 401:
+        raise response_error(models)
     try:
-        return str(health.json().get("model", "the model"))
-    except (ValueError, AttributeError):
+        return str(health.json()["model"])
+    except (ValueError, KeyError, TypeError):
         return "the model"
 
 
 def ask(client: httpx.Client, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """Streams one answer to stdout; returns its text and final chunk."""
+    """Streams one answer to stdout, ending its line however it ends; returns its text and
+    final chunk."""
+    wrote = False
 
     def write(text: str) -> None:
+        nonlocal wrote
+        wrote = True
         sys.stdout.write(text)
         sys.stdout.flush()
 
@@ -161,20 +163,21 @@ def ask(client: httpx.Client, body: dict[str, Any]) -> tuple[str, dict[str, Any]
             return stream_answer(r.iter_lines(), write)
     except httpx.HTTPError as e:
         raise ChatError(f"lost the lead ({reason(e)})") from None
+    finally:
+        if wrote:
+            print(flush=True)
 
 
 def note(text: str) -> None:
-    dim = sys.stderr.isatty()
-    print(f"{DIM}{text}{RESET}" if dim else text, file=sys.stderr, flush=True)
+    """A dim line on stderr (plain when stderr is not a terminal)."""
+    print(f"{DIM}{text}{RESET}" if sys.stderr.isatty() else text, file=sys.stderr, flush=True)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
     tty = sys.stdin.isatty()
     if tty:
-        try:
+        with contextlib.suppress(ImportError):
             import readline  # noqa: F401  (line editing and history for input())
-        except ImportError:
-            pass
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     history = History(args.system)
     with httpx.Client(base_url=args.url, headers=headers, timeout=TIMEOUT) as client:
@@ -201,31 +204,30 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 continue
             if not text:
                 continue
-            body: dict[str, Any] = {"messages": history.ask(text), "stream": True}
+            body: dict[str, Any] = {"messages": history.messages(text), "stream": True}
             if args.max_tokens is not None:
                 body["max_tokens"] = args.max_tokens
             try:
                 answer, final = ask(client, body)
             except KeyboardInterrupt:
-                history.retract()
-                print(flush=True)
                 note("[interrupted]")
                 continue
             except ChatError as e:
-                history.retract()
                 print(f"duo chat: {e}", file=sys.stderr, flush=True)
                 if e.fatal:
                     return 2
                 continue
-            history.answer(answer)
-            print(flush=True)
+            history.add(text, answer)
             stats = format_stats(final)
             if stats and not args.no_stats:
                 note(stats)
 
 
 def http_url(text: str) -> str:
-    url = httpx.URL(text)
+    try:
+        url = httpx.URL(text)
+    except httpx.InvalidURL as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     if url.scheme not in ("http", "https") or not url.host:
         raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, got {text!r}")
     return text.rstrip("/")
