@@ -28,6 +28,7 @@ from starlette.websockets import WebSocket
 from duo import protocol
 from duo.errors import DuoError, PromptTooLong
 from duo.lead import Delta, Done, Failed, Job, Lead
+from duo.sampling import SamplingParams
 from duo.stats import Stats
 
 
@@ -87,7 +88,10 @@ def field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], defaul
     return value
 
 
-def sampling_fields(body: dict[str, Any], default_max: int, n_ctx: int) -> tuple[int, list[str]]:
+def sampling_fields(
+    body: dict[str, Any], default_max: int, n_ctx: int
+) -> tuple[int, list[str], SamplingParams]:
+    """max_tokens, stop strings and sampler settings (llama.cpp server names and defaults)."""
     max_tokens = field(body, "max_completion_tokens", int, None)
     if max_tokens is None:
         max_tokens = field(body, "max_tokens", int, default_max)
@@ -99,20 +103,24 @@ def sampling_fields(body: dict[str, Any], default_max: int, n_ctx: int) -> tuple
         raise ApiError(400, "'stop' must be a string or a list of strings", param="stop")
     if len(stops) > 4:
         raise ApiError(400, "'stop' may hold at most 4 sequences", param="stop")
-    temperature = field(body, "temperature", (int, float), 0)
-    if temperature < 0:
-        raise ApiError(400, "'temperature' must be >= 0", param="temperature")
-    if temperature > 0:
-        raise ApiError(
-            400,
-            "sampling with temperature > 0 is not supported yet; use temperature 0 (greedy)",
-            param="temperature",
-            code="unsupported_value",
-        )
-    field(body, "seed", int, None)
     if field(body, "n", int, 1) != 1:
         raise ApiError(400, "only n=1 is supported", param="n")
-    return min(max_tokens, n_ctx), stops
+    d = SamplingParams()
+    number = (int, float)
+    params = SamplingParams(
+        temperature=float(field(body, "temperature", number, d.temperature)),
+        top_k=field(body, "top_k", int, d.top_k),
+        top_p=float(field(body, "top_p", number, d.top_p)),
+        min_p=float(field(body, "min_p", number, d.min_p)),
+        repeat_penalty=float(field(body, "repeat_penalty", number, d.repeat_penalty)),
+        repeat_last_n=field(body, "repeat_last_n", int, d.repeat_last_n),
+        seed=field(body, "seed", int, None),
+    )
+    try:
+        params.check()
+    except DuoError as e:
+        raise ApiError(400, str(e)) from None
+    return min(max_tokens, n_ctx), stops, params
 
 
 def chat_messages(body: dict[str, Any]) -> list[dict[str, str]]:
@@ -264,8 +272,8 @@ class Api:
             raise ApiError(
                 400, "'prompt' must be a non-empty string or a list of token IDs", param="prompt"
             )
-        max_tokens, stops = sampling_fields(body, 16, self.lead.main.n_ctx)
-        job = self._job(tokens, max_tokens, stops)
+        max_tokens, stops, sampling = sampling_fields(body, 16, self.lead.main.n_ctx)
+        job = self._job(tokens, max_tokens, stops, sampling)
         meta = {
             "id": f"cmpl-{uuid.uuid4().hex[:24]}",
             "object": "text_completion",
@@ -311,8 +319,10 @@ class Api:
         body = await read_body(request)
         messages = chat_messages(body)
         tokens = self.lead.tokenize_chat(messages)
-        max_tokens, stops = sampling_fields(body, self.lead.main.n_ctx, self.lead.main.n_ctx)
-        job = self._job(tokens, max_tokens, stops)
+        max_tokens, stops, sampling = sampling_fields(
+            body, self.lead.main.n_ctx, self.lead.main.n_ctx
+        )
+        job = self._job(tokens, max_tokens, stops, sampling)
         meta = {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
             "created": int(time.time()),
@@ -369,14 +379,16 @@ class Api:
 
     # -- helpers ------------------------------------------------------------------------
 
-    def _job(self, tokens: list[int], max_tokens: int, stops: list[str]) -> Job:
+    def _job(
+        self, tokens: list[int], max_tokens: int, stops: list[str], sampling: SamplingParams
+    ) -> Job:
         try:
             self.lead.check_fits(tokens)
         except PromptTooLong as e:
             raise ApiError(400, str(e), param="messages", code="context_length_exceeded") from None
         except DuoError as e:
             raise ApiError(400, str(e)) from None
-        return Job(tokens, max_tokens, stops)
+        return Job(tokens, max_tokens, stops, sampling)
 
     async def _collect(self, job: Job) -> tuple[str, Done]:
         parts: list[str] = []

@@ -11,11 +11,14 @@ from pathlib import Path
 
 from duo import __version__
 from duo.bench import MODES as BENCH_MODES
+from duo.chat import add_chat_parser
 from duo.console import TokenPrinter
 from duo.errors import DuoError, UsageError
 from duo.local import MODES, ModelConfig, Session, SpecConfig, parse_pin, resolve_models
 from duo.models import PAIRS, is_ready, prepare, verify_file
+from duo.sampling import SamplingParams
 from duo.serve import add_back_parser, add_lead_parser
+from duo.stats import Stats
 
 DEMO_PROMPT = "Explain the difference between concurrency and parallelism in Python."
 
@@ -92,6 +95,53 @@ def add_spec_args(p: argparse.ArgumentParser, *, modes: bool = True) -> None:
     )
 
 
+def add_sampling_args(p: argparse.ArgumentParser, temperature: float = 0.8) -> None:
+    g = p.add_argument_group("sampling (lossless: speculation never changes the distribution)")
+    g.add_argument(
+        "--temp",
+        type=float,
+        default=temperature,
+        help="temperature, 0 = greedy (default %(default)s)",
+    )
+    g.add_argument("--top-k", type=int, default=40, help="0 = off (default %(default)s)")
+    g.add_argument("--top-p", type=float, default=0.95, help="1 = off (default %(default)s)")
+    g.add_argument("--min-p", type=float, default=0.05, help="0 = off (default %(default)s)")
+    g.add_argument(
+        "--repeat-penalty", type=float, default=1.0, help="1 = off (default %(default)s)"
+    )
+    g.add_argument(
+        "--repeat-last-n",
+        type=int,
+        default=64,
+        help="history the penalty looks at (default %(default)s)",
+    )
+    g.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="random seed: the same seed gives the same text (default: random)",
+    )
+    g.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="stop before this text (repeatable)",
+    )
+
+
+def sampling_params(args: argparse.Namespace) -> SamplingParams:
+    return SamplingParams(
+        temperature=args.temp,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repeat_penalty=args.repeat_penalty,
+        repeat_last_n=args.repeat_last_n,
+        seed=args.seed,
+    ).check()
+
+
 def model_config(args: argparse.Namespace, *, need_draft: bool) -> ModelConfig:
     main, draft = resolve_models(args.model, args.model_draft if need_draft else None, args.pair)
     return ModelConfig(
@@ -134,11 +184,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
         except OSError as e:
             raise UsageError(f"cannot read prompt file {args.file}: {e.strerror}") from None
     spec = spec_config(args)
+    sampling = sampling_params(args)
     config = model_config(args, need_draft=spec.mode != "target")
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     with Session(config, spec) as session:
         tokens = prompt_tokens(session, text, args.chat)
-        stats = session.run(tokens, args.n_predict, TokenPrinter(session.main.piece, color))
+        show = TokenPrinter(session.main.piece, color, stops=args.stop)
+        stats = Stats()
+        for r in session.rounds(tokens, args.n_predict, stats, sampling):
+            if show(r):
+                break
+        show.finish()
     print(flush=True)
     for line in stats.summary():
         print(line, file=sys.stderr)
@@ -250,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="wrap the prompt as a user message in the model's chat template",
     )
+    add_sampling_args(gen)
     g.add_argument(
         "--color",
         choices=("auto", "always", "never"),
@@ -297,6 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_lead_parser(sub)
     add_back_parser(sub)
+    add_chat_parser(sub)
     return parser
 
 

@@ -25,6 +25,7 @@ from duo.hub import Hub
 from duo.local import ModelConfig, SpecConfig, check_compatible
 from duo.metrics import Metrics
 from duo.policy import AdaptivePolicy, FixedPolicy, Policy, calibrate
+from duo.sampling import GREEDY, SamplingParams
 from duo.sources import Longest, ThreadDrafts
 from duo.stats import Stats
 from duo.stops import StopMatcher
@@ -67,6 +68,7 @@ class Job:
     prompt: list[int]
     max_tokens: int
     stops: Sequence[str] = ()
+    sampling: SamplingParams = GREEDY
     cancelled: threading.Event = field(default_factory=threading.Event)
 
 
@@ -177,6 +179,7 @@ class Lead:
                 drafts=self.drafts,
                 draft_max=self.config.spec.draft_max,
                 policy=self.policy,
+                sampler=job.sampling.sampler(),
                 on_prefill=stats.add_prefill,
             ):
                 stats.add(r)

@@ -20,6 +20,7 @@ from duo.engine import DraftSource, NoDrafts, Round, generate
 from duo.errors import IncompatibleModels, UsageError
 from duo.models import DEFAULT_PAIR, get_pair, prepare
 from duo.policy import AdaptivePolicy, FixedPolicy, Policy, calibrate
+from duo.sampling import GREEDY, SamplingParams
 from duo.sources import SyncDrafts, ThreadDrafts
 from duo.stats import Stats
 
@@ -130,25 +131,35 @@ class Session:
             self.close()
             raise
 
-    def run(
-        self, prompt: list[int], max_tokens: int, on_round: Callable[[Round], None] | None = None
-    ) -> Stats:
-        """Generate on the calling thread (pinned to the main cores, if any)."""
-        stats = Stats()
+    def rounds(
+        self, prompt: list[int], max_tokens: int, stats: Stats, sampling: SamplingParams = GREEDY
+    ) -> Iterator[Round]:
+        """Generate on the calling thread (pinned to the main cores, if any), round by round."""
         with _pinned(self.spec.main_cores):
-            policy = self._policy()
             for r in generate(
                 self.main,
                 prompt,
                 max_tokens=max_tokens,
                 drafts=self.drafts,
                 draft_max=self.spec.draft_max,
-                policy=policy,
+                sampler=sampling.sampler(),
+                policy=self._policy(),
                 on_prefill=stats.add_prefill,
             ):
                 stats.add(r)
-                if on_round:
-                    on_round(r)
+                yield r
+
+    def run(
+        self,
+        prompt: list[int],
+        max_tokens: int,
+        on_round: Callable[[Round], object] | None = None,
+        sampling: SamplingParams = GREEDY,
+    ) -> Stats:
+        stats = Stats()
+        for r in self.rounds(prompt, max_tokens, stats, sampling):
+            if on_round:
+                on_round(r)
         return stats
 
     def _policy(self) -> Policy:

@@ -30,13 +30,26 @@ def corrupted(
     return out
 
 
+def soft_logits(history: Sequence[int]) -> np.ndarray:
+    """Deterministic, context-dependent logits (from the last two tokens)."""
+    a = history[-2] if len(history) > 1 else 0
+    rng = np.random.default_rng(1000 + 31 * a + history[-1])
+    return (1.5 * rng.standard_normal(N_VOCAB)).astype(np.float32)
+
+
 class FakeModel:
     """Implements the parts of Model the engine and drafter use."""
 
     def __init__(
-        self, table: dict[tuple[int, int], int], *, n_ctx: int = 512, eog: int | None = None
+        self,
+        table: dict[tuple[int, int], int],
+        *,
+        n_ctx: int = 512,
+        eog: int | None = None,
+        soft: bool = False,
     ):
         self.table = table
+        self.soft = soft  # soft: a full distribution per context, for sampling tests
         self.n_ctx = n_ctx
         self.n_vocab = N_VOCAB
         self.tokens: list[int] = []
@@ -52,8 +65,9 @@ class FakeModel:
         rows = []
         for token in tokens:
             self.tokens.append(token)
-            row = np.zeros(N_VOCAB, dtype=np.float32)
-            row[self.next_token(self.tokens)] = 1.0
+            row = soft_logits(self.tokens) if self.soft else np.zeros(N_VOCAB, dtype=np.float32)
+            if not self.soft:
+                row[self.next_token(self.tokens)] = 1.0
             rows.append(row)
         return np.stack(rows if all_logits else rows[-1:])
 
