@@ -93,6 +93,12 @@ def add_spec_args(p: argparse.ArgumentParser, *, modes: bool = True) -> None:
     g.add_argument(
         "--pin", metavar="MAIN:DRAFT", help="pin main and drafter to cores, e.g. 0:1 (Linux)"
     )
+    g.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="evaluate every round as a batch, so every mode computes bit-identical logits "
+        "(a seed then gives the same text in every mode; slower on CPUs)",
+    )
 
 
 def add_sampling_args(p: argparse.ArgumentParser, temperature: float = 0.8) -> None:
@@ -164,6 +170,7 @@ def spec_config(args: argparse.Namespace, mode: str | None = None) -> SpecConfig
         main_cores=main_cores,
         draft_cores=draft_cores,
         adaptive=args.policy == "adaptive",
+        deterministic=args.deterministic,
     )
 
 
@@ -268,6 +275,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         main_cores=main_cores,
         draft_cores=draft_cores,
         adaptive=args.policy == "adaptive",
+        deterministic=args.deterministic,
     )
     models = model_config(args, need_draft=True)
     report = bench.run(

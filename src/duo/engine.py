@@ -102,11 +102,17 @@ def generate(
     sampler: Sampler | None = None,
     policy: Policy | None = None,
     on_prefill: Callable[[Prefill], None] | None = None,
+    min_batch: int = 1,
 ) -> Iterator[Round]:
     """Evaluate the prompt, then decode up to `max_tokens` tokens, round by round.
 
     The draft source hears of the prompt first, so a concurrent drafter evaluates it
     at the same time as the main model.
+
+    llama.cpp evaluates one token with other kernels than a batch (logits differ in the
+    last digits), so a round that verifies a draft may round differently from one that
+    does not. With min_batch=2 every round is padded to a batch: all modes then compute
+    bit-identical logits, and a seeded sampler gives bit-identical text in every mode.
     """
     if max_tokens <= 0:
         raise UsageError("the number of tokens to generate must be positive")
@@ -127,7 +133,8 @@ def generate(
             draft = drafts.propose(committed, room) if room > 0 else []
             draft = draft[: policy.choose(len(draft))]
             t1 = time.perf_counter()
-            logits = main.decode([committed[-1], *draft])
+            batch = [committed[-1], *draft]
+            logits = main.decode(batch + batch[-1:] * (min_batch - len(batch)))
             t2 = time.perf_counter()
             verdict = verify(draft, _sampler_at(sampler, logits, committed, draft))
             main.truncate(len(committed) + verdict.accepted)

@@ -181,6 +181,7 @@ class Lead:
                 policy=self.policy,
                 sampler=job.sampling.sampler(),
                 on_prefill=stats.add_prefill,
+                min_batch=2 if self.config.spec.deterministic else 1,
             ):
                 stats.add(r)
                 if show:

@@ -50,6 +50,7 @@ class SpecConfig:
     main_cores: frozenset[int] | None = None  # --pin: cores of the main model
     draft_cores: frozenset[int] | None = None  # --pin: cores of the drafter
     adaptive: bool = True  # --policy: verify only the draft prefix worth its cost (async)
+    deterministic: bool = False  # --deterministic: pad rounds to batches (identical numerics)
 
 
 def resolve_models(
@@ -145,6 +146,7 @@ class Session:
                 sampler=sampling.sampler(),
                 policy=self._policy(),
                 on_prefill=stats.add_prefill,
+                min_batch=2 if self.spec.deterministic else 1,
             ):
                 stats.add(r)
                 yield r

@@ -113,6 +113,15 @@ class Dist:
 
     def sample(self, logits: Logits, history: Sequence[int]) -> int:
         ids, probs = self.probabilities(logits, history)
-        u = self.rng.random()  # exactly one draw per emitted token
+        # Slices are laid out by token ID, not by probability: where batched and single-token
+        # logits differ in the last digits, near-equal logits cannot swap places and move
+        # every boundary after them (with --deterministic the logits are identical anyway).
+        return self.pick(ids, probs, self.rng.random())  # exactly one draw per token
+
+    @staticmethod
+    def pick(ids: np.ndarray, probs: np.ndarray, u: float) -> int:
+        """The token whose slice of [0, 1) holds u, slices laid out by token ID."""
+        order = np.argsort(ids, kind="stable")
+        ids, probs = ids[order], probs[order]
         index = min(int(np.searchsorted(np.cumsum(probs), u, side="right")), len(ids) - 1)
         return int(ids[index])

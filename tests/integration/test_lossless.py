@@ -10,6 +10,7 @@ import pytest
 
 from duo.errors import IncompatibleModels
 from duo.local import ModelConfig, Session, SpecConfig
+from duo.sampling import GREEDY, SamplingParams
 from duo.stats import Stats
 
 pytestmark = pytest.mark.integration
@@ -38,7 +39,27 @@ def sessions(pair: tuple[Path, Path]) -> Iterator[dict[str, Session]]:
         s.close()
 
 
-def run(session: Session, kind: str, text: str) -> tuple[list[int], list[int], Stats]:
+@pytest.fixture(scope="module")
+def deterministic(pair: tuple[Path, Path]) -> Iterator[dict[str, Session]]:
+    main, draft = pair
+    models = ModelConfig(main=main, draft=draft)
+    out = {
+        "target": Session(
+            ModelConfig(main=main, draft=None), SpecConfig(mode="target", deterministic=True)
+        ),
+        "sync": Session(models, SpecConfig(mode="sync", draft_max=4, deterministic=True)),
+        "async": Session(
+            models, SpecConfig(mode="async", draft_max=4, adaptive=False, deterministic=True)
+        ),
+    }
+    yield out
+    for s in out.values():
+        s.close()
+
+
+def run(
+    session: Session, kind: str, text: str, sampling: SamplingParams = GREEDY
+) -> tuple[list[int], list[int], Stats]:
     if kind == "chat":
         prompt = session.main.tokenize(
             session.main.render_chat([{"role": "user", "content": text}]), add_special=False
@@ -46,7 +67,7 @@ def run(session: Session, kind: str, text: str) -> tuple[list[int], list[int], S
     else:
         prompt = session.main.tokenize(text)
     out: list[int] = []
-    stats = session.run(prompt, N, lambda r: out.extend(r.tokens))
+    stats = session.run(prompt, N, lambda r: out.extend(r.tokens), sampling)
     return prompt, out, stats
 
 
@@ -74,6 +95,29 @@ def test_sync_and_async_equal_target(sessions: dict[str, Session], kind: str, te
         _, got, stats = run(sessions[mode], kind, text)
         assert stats.drafted > 0, f"{mode}: no draft was verified, the check would be vacuous"
         assert_same_or_near_tie(sessions["target"], prompt, target, got)
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        SamplingParams(temperature=0.7, seed=11),
+        SamplingParams(temperature=1.0, top_k=20, top_p=0.9, min_p=0.0, seed=12),
+    ],
+)
+@pytest.mark.parametrize(("kind", "text"), PROMPTS[:2])
+def test_seeded_sampling_equals_target(
+    deterministic: dict[str, Session], kind: str, text: str, sampling: SamplingParams
+) -> None:
+    """One random draw per emitted token: the same seed gives the same tokens.
+
+    With --deterministic every round is a batch, so all modes compute bit-identical logits
+    (llama.cpp's single-token kernels round differently from its batched ones, and a
+    sampled draw near a boundary would otherwise land on either side)."""
+    _, target, _ = run(deterministic["target"], kind, text, sampling)
+    for mode in ("sync", "async"):
+        _, got, stats = run(deterministic[mode], kind, text, sampling)
+        assert stats.drafted > 0
+        assert got == target, f"{mode} differs from target with seed {sampling.seed}"
 
 
 def test_default_pair_mean_acceptance_length(sessions: dict[str, Session]) -> None:
