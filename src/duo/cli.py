@@ -291,6 +291,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(report.table())
     if args.json:
         Path(args.json).write_text(bench.to_json(report))
+    if args.plot:
+        from duo.plot import plot
+
+        plot(report, Path(args.plot))
     return 0
 
 
@@ -358,6 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="cores of the main and draft devices (default 0:1 with 2+ cores)",
     )
     g.add_argument("--json", metavar="OUT", help="write the report as JSON")
+    g.add_argument("--plot", metavar="OUT.png", help="draw the report (needs matplotlib)")
     bench.set_defaults(func=cmd_bench)
 
     add_lead_parser(sub)
