@@ -1,0 +1,585 @@
+"""The lead and its backs as real processes on loopback: the service-level invariants.
+
+Greedy output never depends on the drafters (connected, dying, joining late, malicious),
+refused backs are refused cleanly, the API speaks the OpenAI dialect (the official client
+works, errors are 4xx JSON) and concurrent clients are served correctly.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
+from duo import protocol as p
+from duo.backend import Model
+
+from .conftest import Cluster, Proc, health, wait_until
+
+pytestmark = pytest.mark.integration
+
+# Prompts whose greedy continuations have no near-tie (a top-2 logit gap > 0.05 at every
+# token) within the lengths used: batched verification rounds may round differently from
+# single-token decoding, and a near-tie would then flip a token through no fault of duo's.
+RAW_PROMPT = "a, b, c, d,"
+CHAT_PROMPT = "Write a poem about autumn."
+N = 96
+LONG_PROMPT = "10, 20, 30,"
+N_LONG = 300  # long enough to still be running while a back dies or joins
+TIMEOUT = httpx.Timeout(60.0)
+
+
+# -- fixtures -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(tmp_path_factory.mktemp("services"))
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def shared(mcluster: Cluster) -> tuple[Proc, str]:
+    """One lead shared by the tests that leave it as they found it (no back connected).
+
+    --policy fixed verifies every ready draft, so drafts from backs are really exercised.
+    """
+    return mcluster.lead("--policy", "fixed", "--quiet")
+
+
+@pytest.fixture
+def lead(shared: tuple[Proc, str]) -> Iterator[str]:
+    """The shared lead's URL, checked idle before and healthy after each test."""
+    proc, url = shared
+    assert proc.alive(), proc.output()[-3000:]
+    wait_until(lambda: health(url)["drafters"] == 0, 30, "no back connected", proc)
+    yield url
+    assert proc.alive(), f"the shared lead died:\n{proc.output()[-3000:]}"
+    assert health(url)["status"] == "ok"
+
+
+@dataclass(frozen=True)
+class Refs:
+    cli_raw: str  # duo generate --mode target on RAW_PROMPT
+    cli_chat: str  # duo generate --mode target --chat on CHAT_PROMPT
+    raw: str  # /v1/completions, no back, N tokens
+    chat: str  # /v1/chat/completions, no back, N tokens
+    long: str  # /v1/completions, no back, N_LONG tokens
+
+
+def cli_target(prompt: str, n: int, *extra: str) -> subprocess.Popen[bytes]:
+    args = ["-m", "duo", "generate", "--mode", "target", "--temp", "0", "-p", prompt, "-n", str(n)]
+    return subprocess.Popen(
+        [sys.executable, *args, "--color", "never", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def cli_output(proc: subprocess.Popen[bytes]) -> str:
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err.decode(errors="replace")
+    text = out.decode()
+    assert text.endswith("\n")
+    return text[:-1]  # generate ends its output with one newline of its own
+
+
+@pytest.fixture(scope="module")
+def refs(shared: tuple[Proc, str]) -> Refs:
+    """Reference outputs with no drafter anywhere."""
+    _, url = shared
+    assert health(url)["drafters"] == 0
+    cli = [cli_target(RAW_PROMPT, N), cli_target(CHAT_PROMPT, N, "--chat")]
+    raw = complete(url, RAW_PROMPT, N)
+    chat_body = chat(url, CHAT_PROMPT, N)
+    long = complete(url, LONG_PROMPT, N_LONG)
+    assert long["choices"][0]["finish_reason"] == "length", "the long prompt ends too early"
+    for body in (raw, chat_body, long):
+        assert body["timings"]["draft_n"] == 0
+    return Refs(
+        cli_raw=cli_output(cli[0]),
+        cli_chat=cli_output(cli[1]),
+        raw=raw["choices"][0]["text"],
+        chat=chat_body["choices"][0]["message"]["content"],
+        long=long["choices"][0]["text"],
+    )
+
+
+@pytest.fixture(scope="module")
+def identity(pair: tuple[Path, Path]) -> tuple[int, str]:
+    """(n_vocab, fingerprint) of the main model, as a back announces them in HELLO."""
+    with Model(pair[0], n_ctx=64) as model:
+        return model.n_vocab, model.fingerprint
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def post(url: str, path: str, body: Any, **kw: Any) -> httpx.Response:
+    return httpx.post(f"{url}{path}", json=body, timeout=TIMEOUT, **kw)
+
+
+def complete(url: str, prompt: str, n: int) -> dict[str, Any]:
+    r = post(url, "/v1/completions", {"prompt": prompt, "max_tokens": n, "temperature": 0})
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def chat(url: str, content: str, n: int) -> dict[str, Any]:
+    body = {"messages": [{"role": "user", "content": content}], "max_tokens": n, "temperature": 0}
+    r = post(url, "/v1/chat/completions", body)
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+@dataclass
+class Stream:
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    done: bool = False  # [DONE] seen
+
+    @property
+    def text(self) -> str:
+        return "".join(c["choices"][0]["text"] for c in self.chunks)
+
+    @property
+    def final(self) -> dict[str, Any]:
+        return self.chunks[-1]
+
+    def max_gap(self) -> float:
+        return max((b - a for a, b in zip(self.times, self.times[1:], strict=False)), default=0)
+
+
+def stream_completion(
+    url: str, prompt: str, n: int, on_chunk: Callable[[Stream], None] | None = None
+) -> Stream:
+    """POST a streamed /v1/completions; call on_chunk(stream so far) after each chunk."""
+    out = Stream()
+    body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "stream": True}
+    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=TIMEOUT) as r:
+        assert r.status_code == 200, r.read()
+        for line in r.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            data = line.removeprefix("data: ")
+            if data == "[DONE]":
+                out.done = True
+                break
+            chunk = json.loads(data)
+            assert "error" not in chunk, chunk
+            out.chunks.append(chunk)
+            out.times.append(time.monotonic())
+            if on_chunk is not None:
+                on_chunk(out)
+    return out
+
+
+class Background:
+    """A streamed generation on its own thread; `started` is set at its first chunk."""
+
+    def __init__(self, url: str, prompt: str, n: int) -> None:
+        self.started = threading.Event()
+        self.result: Stream | None = None
+        self.error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self.result = stream_completion(url, prompt, n, lambda _: self.started.set())
+            except BaseException as e:
+                self.error = e
+            finally:
+                self.started.set()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def wait_started(self) -> None:
+        assert self.started.wait(60), "the generation did not start"
+        assert self.error is None, self.error
+
+    def join(self) -> Stream:
+        self.thread.join(120)
+        assert not self.thread.is_alive(), "the generation did not finish"
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
+@contextmanager
+def back_on(cluster: Cluster, url: str, *args: str, wait: bool = True) -> Iterator[Proc]:
+    """A back for the duration of the block; gone (and seen gone by the lead) after."""
+    proc = cluster.back(url, *args, wait=wait)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        wait_until(lambda: health(url)["drafters"] == 0, 30, "the lead dropped the back")
+
+
+def metric(url: str, name: str, headers: dict[str, str] | None = None) -> float:
+    r = httpx.get(f"{url}/metrics", headers=headers, timeout=10)
+    assert r.status_code == 200, r.text
+    for line in r.text.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def assert_exits(proc: Proc, code: int, timeout: float = 60) -> str:
+    try:
+        proc.popen.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"still running after {timeout} s:\n{proc.output()[-2000:]}") from None
+    out = proc.output()
+    assert proc.popen.returncode == code, out
+    return out
+
+
+# -- 1. a back never changes the output ----------------------------------------------------
+
+
+def test_back_does_not_change_output(mcluster: Cluster, lead: str, refs: Refs) -> None:
+    assert refs.raw.strip() and refs.chat.strip()
+    assert refs.raw == refs.cli_raw, "the API without backs differs from duo generate"
+    assert refs.chat == refs.cli_chat, "chat without backs differs from duo generate --chat"
+    with back_on(mcluster, lead):
+        raw = complete(lead, RAW_PROMPT, N)
+        chat_body = chat(lead, CHAT_PROMPT, N)
+    assert raw["timings"]["draft_n"] > 0, "no draft verified: the check would be vacuous"
+    assert chat_body["timings"]["draft_n"] > 0, "no draft verified: the check would be vacuous"
+    assert raw["choices"][0]["text"] == refs.raw
+    assert chat_body["choices"][0]["message"]["content"] == refs.chat
+    assert raw["usage"]["completion_tokens"] == N
+
+
+# -- 2. a back killed mid-generation -------------------------------------------------------
+
+
+def test_back_killed_mid_generation(mcluster: Cluster, lead: str, refs: Refs) -> None:
+    ref = refs.long
+    with back_on(mcluster, lead) as back:
+        killed_at: list[int] = []  # characters received when the back was killed
+
+        def kill_early(so_far: Stream) -> None:
+            # After ~40 chunks, or a quarter of the text if drafts make the chunks big.
+            if not killed_at and (len(so_far.chunks) >= 40 or len(so_far.text) * 4 >= len(ref)):
+                back.kill()
+                killed_at.append(len(so_far.text))
+
+        s = stream_completion(lead, LONG_PROMPT, N_LONG, kill_early)
+    assert killed_at, "the stream ended before the back was killed"
+    assert not back.alive()
+    assert len(s.text) - killed_at[0] > len(ref) / 2, "the kill was not mid-generation"
+    assert s.done, "no [DONE]"
+    assert s.final["choices"][0]["finish_reason"] == "length"
+    assert s.final["timings"]["draft_n"] > 0, "the back never drafted before it died"
+    assert s.text == ref
+    assert s.max_gap() < 3.0, f"the stream stalled for {s.max_gap():.1f} s"
+
+
+# -- 3. a back joining mid-generation ------------------------------------------------------
+
+
+def test_back_joins_mid_generation(mcluster: Cluster, lead: str, refs: Refs) -> None:
+    gen = Background(lead, LONG_PROMPT, N_LONG)
+    gen.wait_started()
+    with back_on(mcluster, lead):  # returns once the lead counts the back
+        assert gen.thread.is_alive(), "the generation ended before the back connected"
+        s = gen.join()
+    assert s.done
+    assert s.final["timings"]["draft_n"] > 0, "the late back's drafts were never verified"
+    assert s.final["timings"]["draft_n_accepted"] > 0
+    assert s.text == refs.long
+
+
+# -- 4. a back with another vocabulary -----------------------------------------------------
+
+
+def test_other_vocabulary_back_is_refused(
+    mcluster: Cluster, lead: str, other_vocab_draft: Path
+) -> None:
+    with back_on(mcluster, lead, "-m", str(other_vocab_draft), wait=False) as proc:
+        out = assert_exits(proc, 2)
+        assert "refused" in out and "vocabulary" in out, out
+        assert health(lead)["status"] == "ok"
+        assert health(lead)["drafters"] == 0
+        assert metric(lead, "duo_drafters_refused_total") == 1
+
+
+# -- 5. a malicious drafter ----------------------------------------------------------------
+
+
+def ws_url(url: str) -> str:
+    return url.replace("http://", "ws://") + p.PATH
+
+
+def raw_client(url: str) -> ClientConnection:
+    return connect(ws_url(url), open_timeout=10, close_timeout=5, max_size=None, compression=None)
+
+
+def handshake(ws: ClientConnection, identity: tuple[int, str]) -> int:
+    """HELLO as a compatible back; returns the token width of the WELCOME."""
+    n_vocab, fingerprint = identity
+    ws.send(p.encode(p.Hello(p.VERSION, n_vocab, 12, fingerprint, "garbage")))
+    reply = p.decode(ws.recv(timeout=10))
+    assert isinstance(reply, p.Welcome), reply
+    return reply.token_width
+
+
+def assert_closed(ws: ClientConnection, timeout: float = 10) -> None:
+    """The lead closes the connection: recv raises ConnectionClosed (frames before are fine)."""
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, "the lead did not close the connection"
+            ws.recv(timeout=remaining)
+    except ConnectionClosed:
+        return
+    except TimeoutError:
+        raise AssertionError("the lead did not close the connection") from None
+
+
+def test_garbage_drafter(lead: str, refs: Refs, identity: tuple[int, str]) -> None:
+    n_vocab, _ = identity
+    rng = random.Random(0)
+
+    def junk(n: int) -> tuple[int, ...]:
+        return tuple(rng.randrange(n_vocab) for _ in range(n))
+
+    dropped = metric(lead, "duo_drafters_dropped_total")
+    gen = Background(lead, LONG_PROMPT, N_LONG)
+    gen.wait_started()
+
+    with raw_client(lead) as ws:
+        width = handshake(ws, identity)
+        begin = p.decode(ws.recv(timeout=10), width)  # joining mid-generation: catch up
+        assert isinstance(begin, p.Begin), begin
+        session, end = begin.session, len(begin.tokens)
+        assert health(lead)["drafters"] == 1
+
+        def draft(session: int, start: int, tokens: tuple[int, ...]) -> None:
+            ws.send(p.encode(p.DraftMsg(session, start, tokens), width))
+
+        # Well-formed but wrong: ignored, or verified and rejected; never a change of output.
+        draft(session + 7, end, junk(8))  # another session
+        draft(session, 0, junk(8))  # overlaps the prompt, does not match it
+        draft(session, end + 50, junk(8))  # leaves a gap
+        draft(session, end, junk(60000))  # huge
+        for _ in range(40):  # junk where the next round starts, so the lead verifies it
+            msg = p.decode(ws.recv(timeout=10), width)
+            if isinstance(msg, p.Commit):
+                end = msg.start + len(msg.tokens)
+                draft(session, end + 1, junk(8))
+        assert gen.thread.is_alive(), "the generation ended before the garbage was sent"
+        assert health(lead)["drafters"] == 1, "a well-formed draft got the drafter dropped"
+
+        draft(session, end, (n_vocab + 5,))  # outside the vocabulary
+        assert_closed(ws)
+
+    with raw_client(lead) as ws:
+        handshake(ws, identity)
+        ws.send(b"\xff\x00")  # malformed
+        assert_closed(ws)
+
+    with raw_client(lead) as ws:
+        width = handshake(ws, identity)
+        ws.send(p.encode(p.DraftMsg(session, end, (1, 2)), width)[:7])  # truncated
+        assert_closed(ws)
+
+    with raw_client(lead) as ws:
+        ws.send(p.encode(p.DraftMsg(session, end, (1, 2, 3)), width))  # not HELLO first
+        assert_closed(ws)
+
+    with raw_client(lead) as ws:
+        ws.send("hello")  # a text frame first
+        assert_closed(ws)
+
+    s = gen.join()
+    assert s.done
+    assert s.text == refs.long
+    assert s.final["timings"]["draft_n"] > 0, "no junk draft was ever verified"
+    assert health(lead)["status"] == "ok"
+    wait_until(lambda: health(lead)["drafters"] == 0, 10, "garbage drafters gone")
+    assert metric(lead, "duo_drafters_dropped_total") - dropped >= 4
+    # The lead still serves, and a fresh generation is still right.
+    assert complete(lead, RAW_PROMPT, N)["choices"][0]["text"] == refs.raw
+
+
+# -- 6. the official openai client, and --api-key ------------------------------------------
+
+
+def test_openai_client(lead: str) -> None:
+    client = openai.OpenAI(base_url=f"{lead}/v1", api_key="x", timeout=60, max_retries=0)
+    messages: list[Any] = [{"role": "user", "content": "List the months of the year."}]
+    whole = client.chat.completions.create(
+        model="duo", messages=messages, max_tokens=48, temperature=0
+    )
+    content = whole.choices[0].message.content
+    assert content and content.strip()
+    assert whole.choices[0].finish_reason in ("stop", "length")
+    assert whole.usage is not None and whole.usage.completion_tokens > 0
+
+    deltas = []
+    finish = None
+    for chunk in client.chat.completions.create(
+        model="duo", messages=messages, max_tokens=48, temperature=0, stream=True
+    ):
+        if chunk.choices:
+            deltas.append(chunk.choices[0].delta.content or "")
+            finish = chunk.choices[0].finish_reason or finish
+    assert "".join(deltas) == content
+    assert finish == whole.choices[0].finish_reason
+
+    models = client.models.list()
+    assert [m.id for m in models.data] == ["smollm2-135m-instruct-f16"]
+
+    text = client.completions.create(model="duo", prompt=RAW_PROMPT, max_tokens=16, temperature=0)
+    assert text.choices[0].text.strip()
+
+
+def test_api_key(cluster: Cluster) -> None:
+    proc, url = cluster.lead("--api-key", "secret", "--quiet")
+    messages: list[Any] = [{"role": "user", "content": "Say hi."}]
+    wrong = openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", timeout=60, max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        wrong.chat.completions.create(model="duo", messages=messages, max_tokens=8)
+    assert httpx.post(f"{url}/v1/completions", json={"prompt": "x"}, timeout=10).status_code == 401
+    assert httpx.get(f"{url}/metrics", timeout=10).status_code == 401
+
+    right = openai.OpenAI(base_url=f"{url}/v1", api_key="secret", timeout=60, max_retries=0)
+    reply = right.chat.completions.create(model="duo", messages=messages, max_tokens=8)
+    assert reply.choices[0].message.content
+
+    back = cluster.back(url, wait=False)
+    out = assert_exits(back, 2)
+    assert "refused" in out and "API key" in out, out
+    assert proc.alive()
+    headers = {"Authorization": "Bearer secret"}
+    assert metric(url, "duo_drafters_refused_total", headers) == 1
+
+    keyed = cluster.back(url, "--api-key", "secret")  # waits until the lead counts it
+    assert keyed.alive()
+
+
+# -- 7. concurrent clients -----------------------------------------------------------------
+
+
+def test_two_clients_at_once(lead: str) -> None:
+    questions = ["List five fruits.", "Name the seven continents."]
+    alone = [chat(lead, q, 48)["choices"][0]["message"]["content"] for q in questions]
+    assert alone[0] != alone[1]
+
+    barrier = threading.Barrier(len(questions), timeout=30)
+    answers: dict[int, str] = {}
+    errors: list[BaseException] = []
+
+    def ask(i: int) -> None:
+        try:
+            barrier.wait()
+            answers[i] = chat(lead, questions[i], 48)["choices"][0]["message"]["content"]
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=ask, args=(i,), daemon=True) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+        assert not t.is_alive(), "a client never got its answer"
+    assert not errors, errors
+    assert [answers[0], answers[1]] == alone
+
+
+# -- bad requests: 4xx JSON errors, never 500 ----------------------------------------------
+
+
+def assert_error(r: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
+    assert r.status_code == status, (r.status_code, r.text)
+    assert r.headers["content-type"].startswith("application/json"), r.headers
+    error = r.json()["error"]
+    assert isinstance(error["message"], str) and error["message"]
+    if code is not None:
+        assert error["code"] == code, error
+    return error  # type: ignore[no-any-return]
+
+
+def test_bad_requests(lead: str) -> None:
+    user = [{"role": "user", "content": "hi"}]
+    cases: list[tuple[str, Any]] = [
+        ("/v1/chat/completions", {"max_tokens": 8}),  # no messages
+        ("/v1/chat/completions", {"messages": []}),
+        ("/v1/chat/completions", {"messages": [{"content": "hi"}]}),  # no role
+        ("/v1/chat/completions", {"messages": user, "max_tokens": 0}),
+        ("/v1/chat/completions", {"messages": user, "max_tokens": "ten"}),
+        ("/v1/chat/completions", {"messages": user, "temperature": -1}),
+        ("/v1/chat/completions", {"messages": user, "n": 2}),
+        ("/v1/chat/completions", [1, 2]),  # not an object
+        ("/v1/completions", {"max_tokens": 8}),  # no prompt
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 0}),
+        ("/v1/completions", {"prompt": "hi", "temperature": "hot"}),
+        ("/v1/completions", {"prompt": [10**9]}),  # token outside the vocabulary
+        ("/v1/completions", {"prompt": "hi", "stop": 5}),
+    ]
+    for path, body in cases:
+        assert_error(post(lead, path, body), 400)
+    for path in ("/v1/chat/completions", "/v1/completions"):
+        r = httpx.post(
+            f"{lead}{path}",
+            content=b"{not json",
+            headers={"content-type": "application/json"},
+            timeout=10,
+        )
+        assert_error(r, 400)
+    # Sampling (temperature > 0) is either served or refused with a 400 naming the field.
+    r = post(lead, "/v1/completions", {"prompt": "hi", "max_tokens": 4, "temperature": 0.7})
+    if r.status_code == 200:
+        assert r.json()["choices"][0]["finish_reason"] in ("stop", "length")
+    else:
+        assert assert_error(r, 400)["param"] == "temperature"
+    assert_error(httpx.get(f"{lead}/v1/nowhere", timeout=10), 404)
+    assert_error(httpx.get(f"{lead}/v1/completions", timeout=10), 405)
+    # None of that disturbed the lead.
+    assert chat(lead, "hi", 4)["choices"][0]["message"]["content"]
+
+
+def test_prompt_longer_than_context(cluster: Cluster) -> None:
+    proc, url = cluster.lead("-c", "128", "--quiet")
+    # llama.cpp may round the context up (to 256); the lead reports what it really holds.
+    n_ctx = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["meta"]["n_ctx"]
+    assert 128 <= n_ctx <= 512
+    long = "the quick brown fox jumps over the lazy dog " * (n_ctx // 4)
+    r = post(url, "/v1/completions", {"prompt": long, "max_tokens": 8})
+    assert_error(r, 400, "context_length_exceeded")
+    r = post(url, "/v1/completions", {"prompt": list(range(1000, 1000 + n_ctx))})
+    assert_error(r, 400, "context_length_exceeded")
+    body = {"messages": [{"role": "user", "content": long}], "max_tokens": 8}
+    assert_error(post(url, "/v1/chat/completions", body), 400, "context_length_exceeded")
+    # A prompt that fits but leaves less room than max_tokens: cut short, not an error.
+    counting = ", ".join(str(i) for i in range(1, 21)) + ","
+    body = {"prompt": counting, "max_tokens": n_ctx, "temperature": 0}
+    r = post(url, "/v1/completions", body)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["finish_reason"] == "length"
+    assert r.json()["usage"]["total_tokens"] == n_ctx
+    assert proc.alive()
+    assert health(url)["status"] == "ok"
