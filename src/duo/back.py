@@ -118,6 +118,7 @@ class Back:
             if not isinstance(reply, p.Welcome):
                 raise ProtocolError("expected WELCOME")
             self._width = reply.token_width
+            self._session, self._sent = -1, None
             self._outbox = asyncio.Queue()
             sender = asyncio.create_task(self._send_loop(ws, self._outbox))
             log.info("connected to %s", self.url)
@@ -156,10 +157,10 @@ class Back:
         new = delta(self._sent, draft)
         if new is None:
             return
+        follows = self._sent is not None and new.start == self._sent.start + len(self._sent.tokens)
+        msg = p.Append(new.tokens) if follows else p.DraftMsg(self._session, new.start, new.tokens)
         self._sent = draft
-        self._outbox.put_nowait(
-            p.encode(p.DraftMsg(self._session, new.start, new.tokens), self._width)
-        )
+        self._outbox.put_nowait(p.encode(msg, self._width))
 
     @staticmethod
     async def _send_loop(ws: websockets.ClientConnection, outbox: asyncio.Queue[bytes]) -> None:

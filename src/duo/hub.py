@@ -35,7 +35,8 @@ class Peer:
     queue: asyncio.Queue[bytes | None]
     lock: threading.Lock = field(default_factory=threading.Lock)
     draft: Draft | None = None  # guarded by lock
-    session: int = -1
+    session: int = -1  # of the last DRAFT frame
+    end: int = 0  # the position right after the last token received (where APPEND goes)
 
     def merge(self, start: int, tokens: tuple[int, ...]) -> None:
         with self.lock:
@@ -183,7 +184,6 @@ class Hub:
         with self._lock:
             self._peers = (*self._peers, peer)
             if self._committed is not None:  # joining mid-generation: catch up first
-                peer.session = self._session
                 peer.queue.put_nowait(
                     p.encode(p.Begin(self._session, tuple(self._committed)), self.width)
                 )
@@ -193,12 +193,15 @@ class Hub:
             self._peers = tuple(x for x in self._peers if x is not peer)
 
     def _on_frame(self, peer: Peer, msg: p.Message) -> None:
-        if not isinstance(msg, p.DraftMsg):
-            raise ProtocolError(f"a drafter may only send DRAFT frames, got {type(msg).__name__}")
+        if not isinstance(msg, p.DraftMsg | p.Append):
+            raise ProtocolError(f"a drafter may only send drafts, got {type(msg).__name__}")
         if any(not 0 <= t < self.n_vocab for t in msg.tokens):
             raise ProtocolError("draft token outside the vocabulary")
-        if msg.session == self._session:
-            peer.merge(msg.start, msg.tokens)
+        if isinstance(msg, p.DraftMsg):
+            peer.session, peer.end = msg.session, msg.start
+        start, peer.end = peer.end, peer.end + len(msg.tokens)
+        if peer.session == self._session:
+            peer.merge(start, msg.tokens)
 
     async def _send_loop(self, ws: WebSocket, peer: Peer) -> None:
         while True:

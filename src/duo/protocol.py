@@ -12,6 +12,10 @@ has at most 65536 tokens, else 4). Only token IDs and small integers cross the w
     lead -> back   END      session u32                         (the generation is over)
     back -> lead   DRAFT    session u32, start u32, tokens      (guesses from position start on;
                                                                  replaces any earlier guess there)
+    back -> lead   APPEND   tokens                              (guesses right after the last
+                                                                 DRAFT/APPEND of this session)
+
+A back drafts one token at a time, so most of its frames are APPENDs: 1 byte of header.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ VERSION = 1
 PATH = "/v1/drafter"
 MAX_TOKENS_PER_FRAME = 1 << 16
 
-HELLO, WELCOME, REFUSE, BEGIN, COMMIT, END, DRAFT = range(1, 8)
+HELLO, WELCOME, REFUSE, BEGIN, COMMIT, END, DRAFT, APPEND = range(1, 9)
 
 _HELLO = struct.Struct("<BHIH8s")
 _WELCOME = struct.Struct("<BHB")
@@ -80,7 +84,12 @@ class DraftMsg:
     tokens: tuple[int, ...]
 
 
-Message = Hello | Welcome | Refuse | Begin | Commit | End | DraftMsg
+@dataclass(frozen=True, slots=True)
+class Append:
+    tokens: tuple[int, ...]
+
+
+Message = Hello | Welcome | Refuse | Begin | Commit | End | DraftMsg | Append
 
 
 def token_width(n_vocab: int) -> int:
@@ -123,6 +132,8 @@ def encode(msg: Message, width: int = 4) -> bytes:
             return _POSITIONED.pack(COMMIT, session, start) + _pack_tokens(tokens, width)
         case DraftMsg(session, start, tokens):
             return _POSITIONED.pack(DRAFT, session, start) + _pack_tokens(tokens, width)
+        case Append(tokens):
+            return bytes([APPEND]) + _pack_tokens(tokens, width)
     raise TypeError(f"not a protocol message: {msg!r}")
 
 
@@ -155,6 +166,8 @@ def decode(data: bytes | str, width: int = 4) -> Message:
             _, session, start = _POSITIONED.unpack_from(data)
             tokens = _unpack_tokens(data[_POSITIONED.size :], width)
             return (Commit if kind == COMMIT else DraftMsg)(session, start, tokens)
+        if kind == APPEND:
+            return Append(_unpack_tokens(data[1:], width))
     except struct.error:
         raise ProtocolError(f"truncated frame of type {kind}") from None
     raise ProtocolError(f"unknown frame type {kind}")
