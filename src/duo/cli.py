@@ -16,6 +16,7 @@ from duo.console import TokenPrinter
 from duo.errors import DuoError, UsageError
 from duo.local import MODES, ModelConfig, Session, SpecConfig, parse_pin, resolve_models
 from duo.models import PAIRS, is_ready, prepare, verify_file
+from duo.rpc import add_rpc_arg, add_rpc_server_parser, setup_rpc
 from duo.sampling import SamplingParams
 from duo.serve import add_back_parser, add_lead_parser
 from duo.stats import Stats
@@ -193,6 +194,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     spec = spec_config(args)
     sampling = sampling_params(args)
     config = model_config(args, need_draft=spec.mode != "target")
+    setup_rpc(args.rpc, n_gpu_layers=args.n_gpu_layers)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     with Session(config, spec) as session:
         tokens = prompt_tokens(session, text, args.chat)
@@ -275,7 +277,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
         main_cores=main_cores,
         draft_cores=draft_cores,
         adaptive=args.policy == "adaptive",
-        deterministic=args.deterministic,
     )
     models = model_config(args, need_draft=True)
     report = bench.run(
@@ -308,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = sub.add_parser("generate", help="generate text from a prompt")
     add_model_args(gen)
+    add_rpc_arg(gen)
     add_spec_args(gen)
     g = gen.add_argument_group("generation")
     g.add_argument("-p", "--prompt", help="prompt text")
@@ -368,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_lead_parser(sub)
     add_back_parser(sub)
     add_chat_parser(sub)
+    add_rpc_server_parser(sub)
     return parser
 
 
@@ -387,6 +390,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nduo: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a bug: say so in one line; the traceback is for -v
+        logging.getLogger("duo").debug("unexpected error", exc_info=True)
+        print(
+            f"duo: internal error: {type(e).__name__}: {e} (run with -v for details)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 def run() -> None:
