@@ -56,6 +56,7 @@ class ModeResult:
     speedup_vs_target_1: float | None = None
     speedup_vs_sync: float | None = None
     devices: str = ""
+    trace: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) per round
 
 
 @dataclass
@@ -64,6 +65,7 @@ class Report:
     settings: dict[str, Any]
     modes: list[ModeResult] = field(default_factory=list)
     ceiling_tokens_per_second: float | None = None
+    profile: dict[str, Any] = field(default_factory=dict)  # measured device costs
 
     def table(self) -> str:
         rows = [
@@ -130,6 +132,7 @@ def _summarise(mode: str, runs: list[list[Stats]], ttfts: list[float], devices: 
             total.accepted += s.accepted
             total.decode_seconds += s.decode_seconds
             total.llama_seconds += s.llama_seconds
+            total.trace.extend(s.trace)
             for i, (d, a) in enumerate(zip(s.drafted_at, s.accepted_at, strict=True)):
                 while len(total.drafted_at) <= i:
                     total.drafted_at.append(0)
@@ -146,6 +149,7 @@ def _summarise(mode: str, runs: list[list[Stats]], ttfts: list[float], devices: 
         accepted_at=[a / d for a, d in zip(total.accepted_at, total.drafted_at, strict=True) if d],
         overhead_ms_per_round=total.overhead_ms_per_round,
         devices=devices,
+        trace=total.trace if total.drafted else [],
     )
 
 
@@ -344,26 +348,35 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def ceiling(models: ModelConfig, spec: SpecConfig, sync: ModeResult) -> float:
+def profile(models: ModelConfig, spec: SpecConfig, max_batch: int) -> dict[str, Any]:
+    """Device costs: the main model's pass time by batch size on the main cores, and the
+    draft model's time per token on the draft cores (each measured alone)."""
+    out: dict[str, Any] = {}
+    jobs = [("main", models.main, models.threads, spec.main_cores, max_batch)]
+    if models.draft is not None:
+        jobs.append(("draft", models.draft, models.draft_threads, spec.draft_cores, 1))
+    for name, path, threads, cores, batches in jobs:
+        with Session(ModelConfig(path, None, threads=threads), SpecConfig(mode="target")) as s:
+            before = os.sched_getaffinity(0)
+            if cores:
+                os.sched_setaffinity(0, cores)
+            try:
+                costs = calibrate(s.main, batches, repeats=5)
+            finally:
+                os.sched_setaffinity(0, before)
+        out[f"{name}_ms_by_batch"] = {n: 1000 * t for n, t in sorted(costs.seconds.items())}
+    return out
+
+
+def ceiling(main_ms_by_batch: dict[int, float], sync: ModeResult) -> float:
     """Tokens/s with a drafter that costs nothing, at the acceptance measured for sync.
 
     sync verifies k tokens every round, so accepted_at[i] estimates P(at least i+1 draft
     tokens accepted); a round verifying L tokens then yields 1 + sum(accepted_at[:L]).
     """
-    with Session(
-        ModelConfig(models.main, None, threads=models.threads),
-        SpecConfig(mode="target", main_cores=spec.main_cores),
-    ) as s:
-        before = os.sched_getaffinity(0)
-        if spec.main_cores:
-            os.sched_setaffinity(0, spec.main_cores)
-        try:
-            costs = calibrate(s.main, len(sync.accepted_at) + 1, repeats=5)
-        finally:
-            os.sched_setaffinity(0, before)
+    n_max = min(len(sync.accepted_at), max(main_ms_by_batch) - 1)
     return max(
-        (1 + sum(sync.accepted_at[:n])) / costs.cost(n + 1)
-        for n in range(len(sync.accepted_at) + 1)
+        1000 * (1 + sum(sync.accepted_at[:n])) / main_ms_by_batch[n + 1] for n in range(n_max + 1)
     )
 
 
@@ -422,8 +435,11 @@ def run(
             m.speedup_vs_target_1 = m.tokens_per_second / by_mode["target-1"].tokens_per_second
         if "sync" in by_mode:
             m.speedup_vs_sync = m.tokens_per_second / by_mode["sync"].tokens_per_second
+    report.profile = profile(models, spec, spec.draft_max + 1)
     if "sync" in by_mode and by_mode["sync"].accepted_at:
-        report.ceiling_tokens_per_second = ceiling(models, spec, by_mode["sync"])
+        report.ceiling_tokens_per_second = ceiling(
+            report.profile["main_ms_by_batch"], by_mode["sync"]
+        )
     return report
 
 

@@ -23,6 +23,7 @@ class Stats:
     llama_seconds: float = 0.0  # of which inside llama_decode (main model)
     accepted_at: list[int] = field(default_factory=list)  # per draft position
     drafted_at: list[int] = field(default_factory=list)
+    trace: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) per round
 
     def add_prefill(self, p: Prefill) -> None:
         self.prompt_tokens += p.prompt_tokens
@@ -35,6 +36,7 @@ class Stats:
         self.accepted += r.accepted
         self.decode_seconds += r.seconds
         self.llama_seconds += r.decode_seconds
+        self.trace.append((r.drafted, r.accepted))
         while len(self.drafted_at) < r.drafted:
             self.drafted_at.append(0)
             self.accepted_at.append(0)
