@@ -12,6 +12,7 @@ import sys
 
 from duo.errors import UsageError
 from duo.local import parse_pin
+from duo.rpc import add_rpc_arg, setup_rpc
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +22,7 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     lead = sub.add_parser("lead", help="serve the main model: OpenAI-compatible API + drafters")
     add_model_args(lead)
+    add_rpc_arg(lead)
     add_spec_args(lead, modes=False)
     g = lead.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
@@ -39,6 +41,7 @@ def add_back_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     back.add_argument("--lead", default="http://127.0.0.1:5555", help="the lead's URL")
     back.add_argument("-t", "--threads", type=positive, default=1, help="threads")
     back.add_argument("-ngl", "--n-gpu-layers", type=non_negative, default=0, help="GPU layers")
+    add_rpc_arg(back)
     back.add_argument("-c", "--ctx-size", type=positive, default=4096, help="context size")
     back.add_argument(
         "--max-ahead",
@@ -97,6 +100,7 @@ def cmd_lead(args: argparse.Namespace) -> int:
             "reach this address can use the model",
             file=sys.stderr,
         )
+    setup_rpc(args.rpc, n_gpu_layers=args.n_gpu_layers)
     lead = Lead(config)
     try:
         app = Api(lead).app()
@@ -128,6 +132,7 @@ def cmd_back(args: argparse.Namespace) -> int:
         path = resolve_models(args.model, None, None)[0]
     assert path is not None
     cores, _ = parse_pin(args.pin) if args.pin else (None, None)
+    setup_rpc(args.rpc, n_gpu_layers=args.n_gpu_layers)
     model = Model(path, n_ctx=args.ctx_size, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers)
     config = BackConfig(
         lead=args.lead, max_ahead=args.max_ahead, api_key=args.api_key, name=args.name, cores=cores

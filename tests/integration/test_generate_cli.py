@@ -39,10 +39,14 @@ def test_generate_streams_text_and_a_summary(pair: tuple[Path, Path], mode: str)
         str(draft),
         "--mode",
         mode,
+        "--policy",  # verify every ready draft (the adaptive policy may skip them all)
+        "fixed",
+        "--temp",
+        "0",
         "-p",
         "The three primary colors are",
         "-n",
-        "24",
+        "48",
         "--color",
         "never",
     )
@@ -68,6 +72,9 @@ def test_same_text_in_every_mode(pair: tuple[Path, Path]) -> None:
             mode,
             "--policy",
             "fixed",
+            "--deterministic",  # bit-identical logits in every mode...
+            "--seed",  # ...so one seed gives one text
+            "7",
             "-p",
             "Once upon a time",
             "-n",

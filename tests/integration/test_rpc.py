@@ -1,0 +1,199 @@
+"""The main model split over two `duo rpc-server`s on loopback (llama.cpp RPC)."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from duo.errors import UsageError
+from duo.rpc import probe
+
+from .conftest import Proc, free_port, wait_until
+
+pytestmark = pytest.mark.integration
+
+PROMPT = "The three primary colors are"
+
+
+def duo(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "duo", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def answers(endpoint: str) -> bool:
+    try:
+        probe(endpoint, timeout=2)
+    except UsageError:
+        return False
+    return True
+
+
+def start_server(tmp: Path, *args: str) -> tuple[Proc, str]:
+    port = free_port()
+    proc = Proc(["rpc-server", "--port", str(port), "-t", "1", *args], tmp / f"rpc-{port}.log")
+    endpoint = f"127.0.0.1:{port}"
+    try:
+        wait_until(lambda: answers(endpoint), 60, f"rpc-server on {endpoint}", proc)
+    except BaseException:
+        proc.stop()
+        raise
+    return proc, endpoint
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[tuple[list[Proc], list[str]]]:
+    """Two rpc-servers on loopback, one thread each, ready: (processes, endpoints)."""
+    procs: list[Proc] = []
+    endpoints: list[str] = []
+    try:
+        for _ in range(2):
+            proc, endpoint = start_server(tmp_path)
+            procs.append(proc)
+            endpoints.append(endpoint)
+        yield procs, endpoints
+    finally:
+        for proc in procs:
+            proc.stop()
+
+
+def generate(
+    main: Path, *extra: str, n: int = 32, verbose: bool = False
+) -> subprocess.CompletedProcess[str]:
+    return duo(
+        *(["-v"] if verbose else []),
+        "generate",
+        "-m",
+        str(main),
+        "--mode",
+        "target",
+        "-p",
+        PROMPT,
+        "-n",
+        str(n),
+        "--temp",
+        "0",
+        "--color",
+        "never",
+        *extra,
+    )
+
+
+def test_main_model_over_two_rpc_servers_equals_local(
+    pair: tuple[Path, Path], servers: tuple[list[Proc], list[str]]
+) -> None:
+    main, _ = pair
+    _, (first, second) = servers
+    local = generate(main)
+    remote = generate(main, "--rpc", f"{first},{second}", "-ngl", "99", verbose=True)
+    assert local.returncode == 0, local.stderr
+    assert remote.returncode == 0, remote.stderr[-3000:]
+    # F16 weights are not repacked on the CPU: the remote logits are bitwise the local ones.
+    assert remote.stdout == local.stdout
+    assert len(local.stdout.strip()) > 10
+    assert "decoded   32 tokens" in remote.stderr
+    # The load used both servers: llama.cpp's own log (duo -v) names each device and layer.
+    log = remote.stderr
+    assert f"using device RPC0 ({first})" in log
+    assert f"using device RPC1 ({second})" in log
+    assert "assigned to device RPC0" in log
+    assert "assigned to device RPC1" in log
+    assert "assigned to device CPU" not in log  # every repeating layer went remote
+
+
+def test_unreachable_server_fails_fast_with_one_line(pair: tuple[Path, Path]) -> None:
+    main, _ = pair
+    endpoint = f"127.0.0.1:{free_port()}"  # nothing listens there
+    started = time.monotonic()
+    r = generate(main, "--rpc", endpoint, "-ngl", "99")
+    assert time.monotonic() - started < 30
+    assert r.returncode == 2, r.stderr
+    assert f"--rpc {endpoint}: nothing listens there" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_bad_endpoint_is_a_usage_error(pair: tuple[Path, Path]) -> None:
+    main, _ = pair
+    r = generate(main, "--rpc", "127.0.0.1", "-ngl", "99")
+    assert r.returncode == 2, r.stderr
+    assert "needs a port" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_rpc_server_refuses_a_busy_port_and_a_host_name() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = duo("rpc-server", "--port", str(s.getsockname()[1]), timeout=60)
+    assert busy.returncode == 2, busy.stderr
+    assert "already in use" in busy.stderr
+    named = duo("rpc-server", "--host", "localhost", "--port", str(free_port()), timeout=60)
+    assert named.returncode == 2, named.stderr
+    assert "IPv4 address" in named.stderr
+    for r in (busy, named):
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_rpc_server_stops_on_ctrl_c(tmp_path: Path) -> None:
+    proc, endpoint = start_server(tmp_path)
+    try:
+        proc.popen.send_signal(signal.SIGINT)
+        assert proc.popen.wait(timeout=15) == 0
+        assert "duo rpc-server: stopped" in proc.output()
+        assert not answers(endpoint)
+    finally:
+        proc.stop()
+
+
+def test_a_server_dying_mid_generation_aborts_with_one_line(
+    pair: tuple[Path, Path], servers: tuple[list[Proc], list[str]], tmp_path: Path
+) -> None:
+    """Documented limitation: ggml cannot lose a device, so the process aborts (SIGABRT)."""
+    main, _ = pair
+    procs, endpoints = servers
+    gen = Proc(
+        [
+            "generate",
+            "-m",
+            str(main),
+            "--mode",
+            "target",
+            "--rpc",
+            ",".join(endpoints),
+            "-ngl",
+            "99",
+            "-p",
+            "1, 2, 3, 4,",  # counts on for all of -n
+            "-n",
+            "3000",
+            "--temp",
+            "0",
+            "--color",
+            "never",
+        ],
+        tmp_path / "generate.log",
+    )
+    try:
+        wait_until(lambda: " 12," in gen.output(), 120, "generation under way", gen)
+        procs[1].kill()
+        assert gen.popen.wait(timeout=60) == -signal.SIGABRT
+        out = gen.output()
+        assert "duo: fatal: llama.cpp aborted: ggml-rpc.cpp:" in out
+        assert "Remote RPC server crashed" in out
+        assert "Traceback" not in out
+        # The surviving server dropped the dead client and serves the next one.
+        assert answers(endpoints[0])
+    finally:
+        gen.stop()
