@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -285,25 +285,9 @@ class Api:
             return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
 
         if field(body, "stream", bool, False):
-
-            async def chunks() -> AsyncIterator[bytes]:
-                async for event in self.lead.events(job):
-                    if isinstance(event, Delta):
-                        yield sse({**meta, "choices": [choice(event.text, None)]})
-                    elif isinstance(event, Done):
-                        yield sse(
-                            {
-                                **meta,
-                                "choices": [choice("", event.finish_reason)],
-                                "usage": usage(event.stats),
-                                "timings": timings(event.stats),
-                            }
-                        )
-                    else:
-                        yield sse({"error": {"message": event.message, "type": "server_error"}})
-                yield sse("[DONE]")
-
-            return self._stream(chunks())
+            return self._stream(
+                job, lambda text, finish: {**meta, "choices": [choice(text, finish)]}
+            )
         text, done = await self._collect(job)
         return JSONResponse(
             {
@@ -331,7 +315,10 @@ class Api:
 
         if field(body, "stream", bool, False):
 
-            def chunk(delta: dict[str, str], finish: str | None) -> dict[str, Any]:
+            def chunk(text: str | None, finish: str | None) -> dict[str, Any]:
+                delta = {"role": "assistant", "content": ""} if text is None else {}
+                if text:
+                    delta["content"] = text
                 return {
                     **meta,
                     "object": "chat.completion.chunk",
@@ -340,24 +327,7 @@ class Api:
                     ],
                 }
 
-            async def chunks() -> AsyncIterator[bytes]:
-                yield sse(chunk({"role": "assistant", "content": ""}, None))
-                async for event in self.lead.events(job):
-                    if isinstance(event, Delta):
-                        yield sse(chunk({"content": event.text}, None))
-                    elif isinstance(event, Done):
-                        yield sse(
-                            {
-                                **chunk({}, event.finish_reason),
-                                "usage": usage(event.stats),
-                                "timings": timings(event.stats),
-                            }
-                        )
-                    else:
-                        yield sse({"error": {"message": event.message, "type": "server_error"}})
-                yield sse("[DONE]")
-
-            return self._stream(chunks())
+            return self._stream(job, chunk, first=chunk(None, None))
         text, done = await self._collect(job)
         message = {"role": "assistant", "content": text}
         return JSONResponse(
@@ -401,9 +371,31 @@ class Api:
                 raise ApiError(500, event.message, kind="server_error")
         raise ApiError(500, "generation ended without a result", kind="server_error")
 
-    def _stream(self, chunks: AsyncIterator[bytes]) -> StreamingResponse:
+    def _stream(
+        self,
+        job: Job,
+        chunk: Callable[[str, str | None], dict[str, Any]],
+        first: dict[str, Any] | None = None,
+    ) -> StreamingResponse:
+        """SSE: one chunk per piece of text, a last chunk with finish_reason, usage and
+        timings, then [DONE]. `chunk(text, finish_reason)` shapes a chunk."""
+
+        async def events() -> AsyncIterator[bytes]:
+            if first is not None:
+                yield sse(first)
+            async for event in self.lead.events(job):
+                if isinstance(event, Delta):
+                    yield sse(chunk(event.text, None))
+                elif isinstance(event, Done):
+                    stats = event.stats
+                    last = chunk("", event.finish_reason)
+                    yield sse({**last, "usage": usage(stats), "timings": timings(stats)})
+                else:
+                    yield sse({"error": {"message": event.message, "type": "server_error"}})
+            yield sse("[DONE]")
+
         return StreamingResponse(
-            chunks,
+            events(),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )

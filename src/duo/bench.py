@@ -30,6 +30,7 @@ import httpx
 from duo.errors import UsageError
 from duo.local import ModelConfig, Session, SpecConfig
 from duo.policy import calibrate
+from duo.sampling import GREEDY, SamplingParams
 from duo.stats import Stats
 
 MODES = ("target-1", "target-all", "sync", "async", "lead+back")
@@ -126,19 +127,8 @@ def _summarise(mode: str, runs: list[list[Stats]], ttfts: list[float], devices: 
     total = Stats()
     for r in runs:
         for s in r:
-            total.tokens += s.tokens
-            total.rounds += s.rounds
-            total.drafted += s.drafted
-            total.accepted += s.accepted
-            total.decode_seconds += s.decode_seconds
-            total.llama_seconds += s.llama_seconds
+            total.merge(s)
             total.trace.extend(s.trace)
-            for i, (d, a) in enumerate(zip(s.drafted_at, s.accepted_at, strict=True)):
-                while len(total.drafted_at) <= i:
-                    total.drafted_at.append(0)
-                    total.accepted_at.append(0)
-                total.drafted_at[i] += d
-                total.accepted_at[i] += a
     return ModeResult(
         mode=mode,
         tokens_per_second=statistics.median(per_run),
@@ -161,16 +151,17 @@ def run_in_process(
     n: int,
     repeat: int,
     log: Any,
+    sampling: SamplingParams = GREEDY,
 ) -> ModeResult:
     with Session(models, spec) as session:
         tokenized = [_tokens(session, p) for p in prompts]
-        session.run(tokenized[-1], min(n, 16))  # warm-up (and calibration), not measured
+        session.run(tokenized[-1], min(n, 16), sampling=sampling)  # warm-up, not measured
         runs, ttfts = [], []
         for rep in range(repeat):
             stats_list = []
             for i, prompt in enumerate(tokenized):
                 clock = _FirstRound()
-                stats = session.run(prompt, n, clock)
+                stats = session.run(prompt, n, clock, sampling)
                 ttfts.append(clock.seconds)
                 stats_list.append(stats)
                 log(
@@ -204,7 +195,13 @@ def _devices(spec: SpecConfig, models: ModelConfig) -> str:
 
 
 def run_lead_back(
-    models: ModelConfig, spec: SpecConfig, prompts: list[Prompt], n: int, repeat: int, log: Any
+    models: ModelConfig,
+    spec: SpecConfig,
+    prompts: list[Prompt],
+    n: int,
+    repeat: int,
+    log: Any,
+    sampling: SamplingParams = GREEDY,
 ) -> ModeResult:
     assert models.draft is not None
     port = _free_port()
@@ -254,13 +251,13 @@ def run_lead_back(
         )
         _wait(lambda: httpx.get(f"{url}/health", timeout=2).json()["drafters"] > 0, procs[1])
         with httpx.Client(base_url=url, timeout=600) as client:
-            _complete(client, prompts[-1], min(n, 16))  # warm-up
+            _complete(client, prompts[-1], min(n, 16), sampling)  # warm-up
             bytes_before = _wire_bytes(client)
             runs, ttfts = [], []
             for rep in range(repeat):
                 stats_list = []
                 for i, p in enumerate(prompts):
-                    stats, ttft = _complete(client, p, n)
+                    stats, ttft = _complete(client, p, n, sampling)
                     stats_list.append(stats)
                     ttfts.append(ttft)
                     log(
@@ -279,8 +276,20 @@ def run_lead_back(
             proc.wait(timeout=30)
 
 
-def _complete(client: httpx.Client, p: Prompt, n: int) -> tuple[Stats, float]:
-    body: dict[str, Any] = {"max_tokens": n, "temperature": 0, "stream": True}
+def _complete(
+    client: httpx.Client, p: Prompt, n: int, sampling: SamplingParams
+) -> tuple[Stats, float]:
+    body: dict[str, Any] = {
+        "max_tokens": n,
+        "stream": True,
+        "temperature": sampling.temperature,
+        "top_k": sampling.top_k,
+        "top_p": sampling.top_p,
+        "min_p": sampling.min_p,
+        "repeat_penalty": sampling.repeat_penalty,
+        "repeat_last_n": sampling.repeat_last_n,
+        "seed": sampling.seed,
+    }
     if p.kind == "chat":
         path, body["messages"] = "/v1/chat/completions", [{"role": "user", "content": p.text}]
     else:
@@ -388,6 +397,7 @@ def run(
     n: int,
     repeat: int,
     log: Any,
+    sampling: SamplingParams = GREEDY,
 ) -> Report:
     all_cores = sorted(os.sched_getaffinity(0))
     report = Report(
@@ -405,29 +415,24 @@ def run(
             "max_ahead": spec.max_ahead,
             "prompts": len(prompts),
             "policy": "adaptive" if spec.adaptive else "fixed",
+            "sampling": asdict(sampling),
         },
     )
+    target = ModelConfig(models.main, None, threads=models.threads)
     for mode in modes:
         if mode == "target-1":
             cfg = SpecConfig(**{**asdict(spec), "mode": "target", "draft_cores": None})
-            result = run_in_process(
-                mode,
-                ModelConfig(models.main, None, threads=models.threads),
-                cfg,
-                prompts,
-                n,
-                repeat,
-                log,
-            )
+            result = run_in_process(mode, target, cfg, prompts, n, repeat, log, sampling)
         elif mode == "target-all":
-            cfg = SpecConfig(mode="target")
-            mc = ModelConfig(models.main, None, threads=len(all_cores))
-            result = run_in_process(mode, mc, cfg, prompts, n, repeat, log)
+            every_core = ModelConfig(models.main, None, threads=len(all_cores))
+            result = run_in_process(
+                mode, every_core, SpecConfig(mode="target"), prompts, n, repeat, log, sampling
+            )
         elif mode in ("sync", "async"):
             cfg = SpecConfig(**{**asdict(spec), "mode": mode})
-            result = run_in_process(mode, models, cfg, prompts, n, repeat, log)
+            result = run_in_process(mode, models, cfg, prompts, n, repeat, log, sampling)
         else:
-            result = run_lead_back(models, spec, prompts, n, repeat, log)
+            result = run_lead_back(models, spec, prompts, n, repeat, log, sampling)
         report.modes.append(result)
     by_mode = {m.mode: m for m in report.modes}
     for m in report.modes:

@@ -102,7 +102,9 @@ def add_spec_args(p: argparse.ArgumentParser, *, modes: bool = True) -> None:
     )
 
 
-def add_sampling_args(p: argparse.ArgumentParser, temperature: float = 0.8) -> None:
+def add_sampling_args(
+    p: argparse.ArgumentParser, temperature: float = 0.8, stops: bool = True
+) -> None:
     g = p.add_argument_group("sampling (lossless: speculation never changes the distribution)")
     g.add_argument(
         "--temp",
@@ -128,13 +130,14 @@ def add_sampling_args(p: argparse.ArgumentParser, temperature: float = 0.8) -> N
         default=None,
         help="random seed: the same seed gives the same text (default: random)",
     )
-    g.add_argument(
-        "--stop",
-        action="append",
-        default=[],
-        metavar="TEXT",
-        help="stop before this text (repeatable)",
-    )
+    if stops:
+        g.add_argument(
+            "--stop",
+            action="append",
+            default=[],
+            metavar="TEXT",
+            help="stop before this text (repeatable)",
+        )
 
 
 def sampling_params(args: argparse.Namespace) -> SamplingParams:
@@ -286,6 +289,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         prompts,
         args.n_predict,
         args.repeat,
+        sampling=sampling_params(args),
         log=lambda msg: print(f"\r\x1b[K{msg}", end="", file=sys.stderr, flush=True),
     )
     print(file=sys.stderr)
@@ -365,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--json", metavar="OUT", help="write the report as JSON")
     g.add_argument("--plot", metavar="OUT.png", help="draw the report (needs matplotlib)")
+    add_sampling_args(bench, temperature=0.0, stops=False)
     bench.set_defaults(func=cmd_bench)
 
     add_lead_parser(sub)

@@ -44,6 +44,23 @@ class Stats:
             self.drafted_at[i] += 1
             self.accepted_at[i] += i < r.accepted
 
+    def merge(self, other: Stats) -> None:
+        """Add another generation's counts (not its trace)."""
+        self.prompt_tokens += other.prompt_tokens
+        self.prefill_seconds += other.prefill_seconds
+        self.tokens += other.tokens
+        self.rounds += other.rounds
+        self.drafted += other.drafted
+        self.accepted += other.accepted
+        self.decode_seconds += other.decode_seconds
+        self.llama_seconds += other.llama_seconds
+        for i, (d, a) in enumerate(zip(other.drafted_at, other.accepted_at, strict=True)):
+            if i == len(self.drafted_at):
+                self.drafted_at.append(0)
+                self.accepted_at.append(0)
+            self.drafted_at[i] += d
+            self.accepted_at[i] += a
+
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0
