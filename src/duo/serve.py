@@ -7,12 +7,14 @@ import asyncio
 import errno
 import ipaddress
 import logging
+import os
 import socket
 import sys
 
 from duo.errors import UsageError
 from duo.local import parse_pin
 from duo.rpc import add_rpc_arg, setup_rpc
+from duo.supervise import WORKER_ENV
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,8 @@ def cmd_lead(args: argparse.Namespace) -> int:
     from duo.lead import Lead, LeadConfig
 
     _check_port(args.host, args.port)
+    if args.rpc and not os.environ.get(WORKER_ENV):
+        return supervise_lead(args)
     spec = spec_config(args)
     models = model_config(args, need_draft=args.model_draft is not None)
     config = LeadConfig(
@@ -117,6 +121,34 @@ def cmd_lead(args: argparse.Namespace) -> int:
     finally:
         lead.close()
     return 0
+
+
+def supervise_lead(args: argparse.Namespace) -> int:
+    """The lead's model runs on rpc-servers: serve through a supervisor (duo.supervise)."""
+    import uvicorn
+
+    from duo.rpc import parse_endpoints, probe
+    from duo.supervise import Supervisor, Worker, worker_argv
+
+    for endpoint in parse_endpoints(args.rpc):
+        probe(endpoint)  # fail now, in one line, rather than in a restart loop
+    port = _free_port()
+    supervisor = Supervisor(Worker(worker_argv(args.argv, port), port))
+    print(
+        f"duo lead: supervising the model's worker (rpc-servers {args.rpc}) "
+        f"on http://{args.host}:{args.port}",
+        flush=True,
+    )
+    uvicorn.Server(
+        uvicorn.Config(supervisor.app(), host=args.host, port=args.port, log_level="warning")
+    ).run()
+    return 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def cmd_back(args: argparse.Namespace) -> int:
