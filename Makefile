@@ -14,7 +14,7 @@ PIN := $(shell $(PYTHON) -c "import os; print('--pin 0:1' if len(os.sched_getaff
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/llama-wheel.sh
+$(STAMP): pyproject.toml scripts/llama-wheel.sh scripts/cpu-flags.sh
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@scripts/llama-wheel.sh $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,models]'

@@ -7,31 +7,15 @@
 # the version and the CMake flags, so a second setup on the same machine reinstalls
 # in seconds instead of rebuilding llama.cpp (~8 minutes on 2 cores).
 #
-# CPU flags: a `-march=native` build of llama.cpp segfaults in quantized matmul on
-# some AVX-512 CPUs that also report AMX. On x86-64 we therefore build with explicit
-# ISA flags read from /proc/cpuinfo (GGML_NATIVE=OFF); elsewhere we keep the native
-# build. Set DUO_CMAKE_ARGS to override the flags entirely.
+# CPU flags come from scripts/cpu-flags.sh (explicit ISA flags on x86-64, see there).
+# Set DUO_CMAKE_ARGS to override them entirely (e.g. add -DGGML_CUDA=ON).
 set -euo pipefail
 
 PY=${1:?usage: llama-wheel.sh PYTHON}
 VERSION=0.3.36
 CACHE=${DUO_HOME:-$HOME/.cache/duo}/wheels
 
-cpu_flags() {
-  local args="-DGGML_RPC=ON"
-  if [[ "$(uname -m)" == "x86_64" && -r /proc/cpuinfo ]]; then
-    local f
-    f=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
-    has() { [[ "$f" == *" $1 "* ]]; }
-    onoff() { if has "$1"; then echo ON; else echo OFF; fi; }
-    args+=" -DGGML_NATIVE=OFF -DGGML_AVX=$(onoff avx) -DGGML_AVX2=$(onoff avx2)"
-    args+=" -DGGML_FMA=$(onoff fma) -DGGML_F16C=$(onoff f16c)"
-    args+=" -DGGML_AVX512=$(onoff avx512f) -DGGML_AVX512_VNNI=$(onoff avx512_vnni)"
-    args+=" -DGGML_AVX512_BF16=$(onoff avx512_bf16) -DGGML_AVX512_VBMI=$(onoff avx512vbmi)"
-    args+=" -DGGML_AVX_VNNI=$(onoff avx_vnni)"
-  fi
-  echo "$args"
-}
+source "$(dirname "$0")/cpu-flags.sh"
 
 ARGS=${DUO_CMAKE_ARGS:-$(cpu_flags)}
 KEY=$(printf '%s %s %s' "$VERSION" "$ARGS" "$("$PY" -c 'import sys; print(sys.implementation.cache_tag)')" | sha256sum | cut -c1-16)

@@ -19,6 +19,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -27,13 +28,15 @@ from typing import Any
 
 import httpx
 
+from duo.backend import Model
 from duo.errors import UsageError
-from duo.local import ModelConfig, Session, SpecConfig
+from duo.local import ModelConfig, Session, SpecConfig, _pinned
 from duo.policy import calibrate
 from duo.sampling import GREEDY, SamplingParams
 from duo.stats import Stats
 
 MODES = ("target-1", "target-all", "sync", "async", "lead+back")
+PEER_MODES = ("llama.cpp", "llama.cpp-spec")  # llama.cpp's own binaries, when available
 
 
 @dataclass(frozen=True)
@@ -276,6 +279,63 @@ def run_lead_back(
             proc.wait(timeout=30)
 
 
+def run_llama_cpp(
+    mode: str,
+    models: ModelConfig,
+    spec: SpecConfig,
+    prompts: list[Prompt],
+    n: int,
+    repeat: int,
+    log: Any,
+    bin_dir: str | None,
+) -> ModeResult:
+    """The same prompts through llama.cpp's binaries, greedy, on the main device."""
+    from duo import llamacpp
+    from duo.backend import Model
+
+    with Model(models.main, n_ctx=512) as model:  # the chat template, as the other modes
+        texts = [
+            model.render_chat([{"role": "user", "content": p.text}]) if p.kind == "chat" else p.text
+            for p in prompts
+        ]
+    runs: list[list[Stats]] = []
+    for rep in range(repeat):
+        stats_list = []
+        for i, text in enumerate(texts):
+            if mode == "llama.cpp":
+                r = llamacpp.target(bin_dir, models.main, text, n, models.threads, spec.main_cores)
+            else:
+                assert models.draft is not None
+                r = llamacpp.speculative(
+                    bin_dir,
+                    models.main,
+                    models.draft,
+                    text,
+                    n,
+                    spec.draft_max,
+                    models.threads,
+                    models.draft_threads,
+                    spec.main_cores,
+                )
+            # Each round emits its accepted draft tokens plus one: rounds = tokens - accepted.
+            stats = Stats(
+                tokens=r["tokens"],
+                decode_seconds=r["seconds"],
+                drafted=r["drafted"],
+                accepted=r["accepted"],
+                rounds=r["tokens"] - r["accepted"],
+                llama_seconds=r["seconds"],
+            )
+            stats_list.append(stats)
+            log(
+                f"{mode}: run {rep + 1}/{repeat}, prompt {i + 1}/{len(prompts)}: "
+                f"{stats.tokens_per_second:.1f} tok/s"
+            )
+        runs.append(stats_list)
+    ttfts = [0.0] * (repeat * len(prompts))  # llama.cpp's tools do not report it
+    return _summarise(mode, runs, ttfts, _devices(spec, models) + " (llama.cpp's binaries)")
+
+
 def _complete(
     client: httpx.Client, p: Prompt, n: int, sampling: SamplingParams
 ) -> tuple[Stats, float]:
@@ -359,22 +419,91 @@ def _free_port() -> int:
 
 def profile(models: ModelConfig, spec: SpecConfig, max_batch: int) -> dict[str, Any]:
     """Device costs: the main model's pass time by batch size on the main cores, and the
-    draft model's time per token on the draft cores (each measured alone)."""
-    out: dict[str, Any] = {}
-    jobs = [("main", models.main, models.threads, spec.main_cores, max_batch)]
-    if models.draft is not None:
-        jobs.append(("draft", models.draft, models.draft_threads, spec.draft_cores, 1))
-    for name, path, threads, cores, batches in jobs:
-        with Session(ModelConfig(path, None, threads=threads), SpecConfig(mode="target")) as s:
-            before = os.sched_getaffinity(0)
-            if cores:
-                os.sched_setaffinity(0, cores)
-            try:
-                costs = calibrate(s.main, batches, repeats=5)
-            finally:
-                os.sched_setaffinity(0, before)
-        out[f"{name}_ms_by_batch"] = {n: 1000 * t for n, t in sorted(costs.seconds.items())}
-    return out
+    draft model's time per token on the draft cores (each measured alone), plus how much
+    slower each runs while the other decodes at the same time (concurrent_slowdown).
+
+    A shared host drifts by tens of percent over seconds, so the two models are measured
+    in alternating rounds and each figure is the median over rounds.
+    """
+    target = SpecConfig(mode="target")
+    main = Session(ModelConfig(models.main, None, threads=models.threads), target)
+    draft = None
+    try:
+        if models.draft is not None:
+            draft = Session(ModelConfig(models.draft, None, threads=models.draft_threads), target)
+        jobs = [("main", main, spec.main_cores, max_batch)]
+        if draft is not None:
+            jobs.append(("draft", draft, spec.draft_cores, 1))
+        rounds: dict[str, list[dict[int, float]]] = {name: [] for name, *_ in jobs}
+        for _ in range(PROFILE_ROUNDS):
+            for name, session, cores, batches in jobs:
+                with _pinned(cores):
+                    rounds[name].append(calibrate(session.main, batches, repeats=3).seconds)
+        out: dict[str, Any] = {}
+        for name, measured in rounds.items():
+            out[f"{name}_ms_by_batch"] = {
+                n: 1000 * statistics.median(r[n] for r in measured) for n in sorted(measured[0])
+            }
+        if draft is not None:
+            out.update(concurrent_slowdown(main, spec.main_cores, draft, spec.draft_cores))
+        return out
+    finally:
+        main.close()
+        if draft is not None:
+            draft.close()
+
+
+PROFILE_ROUNDS = 5
+Cores = frozenset[int] | None
+
+
+def concurrent_slowdown(
+    main: Session, main_cores: Cores, draft: Session, draft_cores: Cores, blocks: int = 6
+) -> dict[str, float]:
+    """How much slower a one-token pass of each model is while the other model decodes at
+    the same time on its own cores (shared caches, memory bandwidth, a host's other
+    tenants): together / alone, in alternating blocks, median over blocks."""
+    ratios: dict[str, list[float]] = {"main": [], "draft": []}
+    for _ in range(blocks):
+        main_alone = _pass_ms(main.main, main_cores)
+        draft_alone = _pass_ms(draft.main, draft_cores)
+        busy = threading.Event()
+        busy.set()
+        draft_busy: list[float] = []
+        args = (draft.main, draft_cores, busy, draft_busy)
+        thread = threading.Thread(target=_decode_while, args=args)
+        thread.start()
+        try:
+            main_busy = _pass_ms(main.main, main_cores)
+        finally:
+            busy.clear()
+            thread.join()
+        ratios["main"].append(main_busy / main_alone)
+        if draft_busy:
+            ratios["draft"].append(statistics.median(draft_busy) / draft_alone)
+    return {f"{name}_concurrent_slowdown": statistics.median(r) for name, r in ratios.items()}
+
+
+def _decode_while(model: Model, cores: Cores, running: threading.Event, out: list[float]) -> None:
+    with _pinned(cores):
+        while running.is_set():
+            out.append(_pass_ms(model, None, passes=1))
+
+
+def _pass_ms(model: Model, cores: Cores, passes: int = 15) -> float:
+    """Median ms of a one-token pass (after a short context), on `cores`."""
+    base = len(model.tokens)
+    if base < 32:
+        model.decode([100] * (32 - base), all_logits=False)  # any valid token will do
+        base = 32
+    times = []
+    with _pinned(cores):
+        for _ in range(passes):
+            t0 = time.perf_counter()
+            model.decode([100])
+            times.append(1000 * (time.perf_counter() - t0))
+            model.truncate(base)
+    return statistics.median(times)
 
 
 def ceiling(main_ms_by_batch: dict[int, float], sync: ModeResult) -> float:
@@ -398,6 +527,7 @@ def run(
     repeat: int,
     log: Any,
     sampling: SamplingParams = GREEDY,
+    llama_cpp_bin: str | None = None,
 ) -> Report:
     all_cores = sorted(os.sched_getaffinity(0))
     report = Report(
@@ -431,6 +561,8 @@ def run(
         elif mode in ("sync", "async"):
             cfg = SpecConfig(**{**asdict(spec), "mode": mode})
             result = run_in_process(mode, models, cfg, prompts, n, repeat, log, sampling)
+        elif mode in PEER_MODES:
+            result = run_llama_cpp(mode, models, spec, prompts, n, repeat, log, llama_cpp_bin)
         else:
             result = run_lead_back(models, spec, prompts, n, repeat, log, sampling)
         report.modes.append(result)
