@@ -417,6 +417,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+PROFILE_ROUNDS = 5  # alternating measurement rounds; each figure is their median
+Cores = frozenset[int] | None
+
+
 def profile(models: ModelConfig, spec: SpecConfig, max_batch: int) -> dict[str, Any]:
     """Device costs: the main model's pass time by batch size on the main cores, and the
     draft model's time per token on the draft cores (each measured alone), plus how much
@@ -451,10 +455,6 @@ def profile(models: ModelConfig, spec: SpecConfig, max_batch: int) -> dict[str, 
         main.close()
         if draft is not None:
             draft.close()
-
-
-PROFILE_ROUNDS = 5
-Cores = frozenset[int] | None
 
 
 def concurrent_slowdown(

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from duo import __version__
 from duo.bench import MODES as BENCH_MODES
+from duo.bench import PEER_MODES
 from duo.chat import add_chat_parser
 from duo.console import TokenPrinter
 from duo.errors import DuoError, UsageError
@@ -19,6 +21,7 @@ from duo.models import PAIRS, is_ready, prepare, verify_file
 from duo.rpc import add_rpc_arg, add_rpc_server_parser, setup_rpc
 from duo.sampling import SamplingParams
 from duo.serve import add_back_parser, add_lead_parser
+from duo.sim import add_sim_parser
 from duo.stats import Stats
 
 DEMO_PROMPT = "Explain the difference between concurrency and parallelism in Python."
@@ -282,14 +285,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
         adaptive=args.policy == "adaptive",
     )
     models = model_config(args, need_draft=True)
+    modes = list(args.modes)
+    if args.modes == list(BENCH_MODES) and (
+        args.llama_cpp_bin or shutil.which("llama-speculative-simple")
+    ):
+        modes += PEER_MODES  # the peer to beat, where its binaries are at hand
     report = bench.run(
         models,
         spec,
-        args.modes,
+        modes,
         prompts,
         args.n_predict,
         args.repeat,
         sampling=sampling_params(args),
+        llama_cpp_bin=args.llama_cpp_bin,
         log=lambda msg: print(f"\r\x1b[K{msg}", end="", file=sys.stderr, flush=True),
     )
     print(file=sys.stderr)
@@ -351,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--modes",
         nargs="+",
-        choices=BENCH_MODES,
+        choices=BENCH_MODES + PEER_MODES,
         default=list(BENCH_MODES),
         help="modes to measure (default: all)",
     )
@@ -367,6 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="cores of the main and draft devices (default 0:1 with 2+ cores)",
     )
+    g.add_argument(
+        "--llama-cpp-bin",
+        metavar="DIR",
+        help="llama.cpp's binaries (scripts/build-llama-cpp.sh) to measure as the "
+        "peer; found on PATH otherwise",
+    )
     g.add_argument("--json", metavar="OUT", help="write the report as JSON")
     g.add_argument("--plot", metavar="OUT.png", help="draw the report (needs matplotlib)")
     add_sampling_args(bench, temperature=0.0, stops=False)
@@ -376,6 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_back_parser(sub)
     add_chat_parser(sub)
     add_rpc_server_parser(sub)
+    add_sim_parser(sub)
     return parser
 
 

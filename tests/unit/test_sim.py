@@ -1,0 +1,320 @@
+"""duo sim: the trace-driven simulator on tiny, hand-checkable cases (no models)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from duo.cli import main
+from duo.errors import UsageError
+from duo.policy import CostModel
+from duo.sim import (
+    SEEDS,
+    DeviceProfile,
+    Drafter,
+    Trace,
+    bench_profile,
+    project_seeds,
+    seeds_table,
+    simulate,
+    simulate_async,
+    simulate_sync,
+    simulate_target,
+)
+
+FREE = 1e-9  # a drafter that costs (next to) nothing
+NEVER = 10**9  # explore_every that never explores
+
+
+def gpu(draft_ms: float = FREE, **kw: float) -> DeviceProfile:
+    """Batches cost barely more than one token: 10 ms, 12 ms for 9."""
+    return DeviceProfile("gpu", {1: 10.0, 9: 12.0}, draft_ms, **kw)  # type: ignore[arg-type]
+
+
+def flat(main_ms: float = 10.0, draft_ms: float = 2.0) -> DeviceProfile:
+    """Any batch costs what one token costs."""
+    return DeviceProfile("flat", {1: main_ms, 9: main_ms}, draft_ms)
+
+
+def costly(draft_ms: float = 3.0) -> DeviceProfile:
+    """A compute-bound CPU: two tokens cost 2.5x one."""
+    return DeviceProfile("cpu", {1: 10.0, 2: 25.0, 9: 60.0}, draft_ms)
+
+
+def trace(a: int, rounds: int = 400, k: int = 8) -> Trace:
+    """Every round agrees for exactly a tokens."""
+    return Trace((a,) * rounds, k)
+
+
+def geometric(q: float, rounds: int = 600, k: int = 8) -> Trace:
+    """Each draft token is accepted with chance q: an irregular trace, always the same."""
+    rng = random.Random(1)
+    lengths = []
+    for _ in range(rounds):
+        a = 0
+        while a < k and rng.random() < q:
+            a += 1
+        lengths.append(a)
+    return Trace(tuple(lengths), k)
+
+
+# -- traces ------------------------------------------------------------------------------
+
+
+def test_a_trace_becomes_match_flags_and_runs() -> None:
+    t = Trace((2, 0, 3), k=3)
+    flags = t.matches()
+    # 2 accepted + the correction, 0 + the correction, 3 (all) + an unobserved bonus flag
+    assert flags[:7] == [True, True, False, False, True, True, True]
+    assert len(flags) == 8
+    runs = t.runs()
+    assert runs[:7] == [2, 1, 0, 0, 3 + flags[7], 2 + flags[7], 1 + flags[7]]
+
+
+def test_bonus_flags_are_filled_at_the_deepest_measured_rate() -> None:
+    always = Trace((4,) * 100, k=4)  # p(3) ~ 1: nearly every bonus position matches too
+    assert sum(always.matches()) >= 490
+    # half the rounds accept all k: the deepest conditional rate is ~1/2
+    half = Trace((4, 3) * 100, k=4)
+    filled = [f for f, a in zip(_bonus_flags(half), (4, 3) * 100, strict=True) if a == 4]
+    assert 40 <= sum(filled) <= 60
+
+
+def _bonus_flags(t: Trace) -> list[bool]:
+    flags, out, p = t.matches(), [], 0
+    for a in t.lengths:
+        p += a
+        out.append(flags[p])
+        p += 1
+    return out
+
+
+def test_bench_rounds_drop_empty_drafts_and_cap_at_k() -> None:
+    t = Trace.from_rounds([(8, 3), (0, 0), (8, 8), (5, 5), (2, 1)], k=8)
+    assert t.lengths == (3, 8, 5, 1)
+    with pytest.raises(UsageError):
+        Trace((9,), k=8)
+
+
+# -- target and sync ---------------------------------------------------------------------
+
+
+def test_target_is_one_token_per_single_pass() -> None:
+    assert simulate_target(trace(3), flat(12.5)).tokens_per_second == pytest.approx(80.0)
+
+
+def test_sync_with_a_perfect_free_drafter_emits_k_plus_1_per_batch_pass() -> None:
+    for k in (1, 4, 8):
+        result = simulate_sync(trace(8), gpu(), k)
+        expected = 1000 * (k + 1) / gpu().main_ms(k + 1)
+        assert result.tokens_per_second == pytest.approx(expected, rel=3e-3)  # but the end
+
+
+def test_sync_with_zero_acceptance_is_slower_than_target_by_the_draft_cost() -> None:
+    p = flat(main_ms=10.0, draft_ms=2.0)
+    sync = simulate_sync(trace(0), p, k=4)
+    assert sync.tokens_per_second == pytest.approx(1000 / (10.0 + 4 * 2.0))
+    assert sync.tokens_per_second < simulate_target(trace(0), p).tokens_per_second
+
+
+def test_sync_replays_the_recorded_rounds() -> None:
+    t = Trace((3, 0, 8, 5, 1), k=8)
+    result = simulate_sync(t, flat(), k=8)
+    assert (result.rounds, result.accepted, result.tokens) == (5, 17, 22)
+
+
+def test_k_past_the_recorded_one_is_refused() -> None:
+    with pytest.raises(UsageError, match="k=4"):
+        simulate_sync(trace(2, k=4), flat(), k=5)
+
+
+# -- async -------------------------------------------------------------------------------
+
+
+def test_async_with_a_perfect_free_drafter_verifies_k_per_round() -> None:
+    k = 4
+    result = simulate_async(trace(8), gpu(), k, max_ahead=12, policy="fixed")
+    expected = 1000 * (k + 1) / gpu().main_ms(k + 1)
+    assert result.tokens_per_second == pytest.approx(expected, rel=0.03)
+    adaptive = simulate_async(trace(8), gpu(), k, max_ahead=12)  # cheap batches: verify all
+    assert adaptive.tokens_per_second == pytest.approx(expected, rel=0.03)
+
+
+def test_a_useless_drafter_gives_target_speed_under_the_adaptive_policy() -> None:
+    target = simulate_target(trace(0), costly()).tokens_per_second
+    # Never right: after every commit it must catch up, and the lead has moved on, so
+    # none of its drafts is ever usable, under any policy.
+    for policy in ("adaptive", "fixed"):
+        never = simulate_async(trace(0), costly(), 8, max_ahead=12, policy=policy)
+        assert never.tokens_per_second == pytest.approx(target)
+        assert never.drafted == 0
+    # Rarely right: its drafts are offered, but not worth verifying on this hardware.
+    rare = geometric(0.15)
+    quiet = simulate_async(rare, costly(), 8, max_ahead=12, explore_every=NEVER)
+    assert quiet.tokens_per_second == pytest.approx(target)
+    assert quiet.drafted == 0
+    # Exploring every 8th offered draft costs a little; verifying them all costs a lot.
+    exploring = simulate_async(rare, costly(), 8, max_ahead=12)
+    fixed = simulate_async(rare, costly(), 8, max_ahead=12, policy="fixed")
+    assert fixed.tokens_per_second < 0.9 * target < exploring.tokens_per_second < target
+
+
+def test_more_acceptance_is_never_slower_in_sync_nor_where_batches_are_cheap() -> None:
+    qs = [q / 10 for q in range(10)]
+    for profile in (gpu(draft_ms=2.0), flat(), costly()):
+        speeds = [simulate_sync(geometric(q), profile, 8).tokens_per_second for q in qs]
+        assert speeds == sorted(speeds), (profile.name, speeds)
+    for mode in ("async", "lead+back"):
+        for policy in ("adaptive", "fixed"):
+            speeds = [
+                simulate(
+                    mode, geometric(q), gpu(draft_ms=2.0), k=8, max_ahead=12, policy=policy
+                ).tokens_per_second
+                for q in qs
+            ]
+            assert speeds == sorted(speeds), (mode, policy, speeds)
+    # Where a batch costs 2.5x one token, a drafter that is sometimes right costs the
+    # lead its exploration rounds, while a useless one is never even offered: the adaptive
+    # policy keeps that cost small, but async is not monotonic there (see above).
+
+
+def test_the_lead_never_waits_for_a_slow_drafter() -> None:
+    slow = gpu(draft_ms=1000.0)  # one guess per 100 main passes
+    result = simulate_async(trace(8), slow, 8, max_ahead=12, policy="fixed")
+    target = simulate_target(trace(8), slow).tokens_per_second
+    assert target * 0.95 < result.tokens_per_second < target * 1.2
+
+
+def test_contention_slows_the_main_pass_only_while_the_drafter_computes() -> None:
+    base = DeviceProfile("p", {1: 10.0}, draft_ms=5.0, main_concurrent_slowdown=2.0)
+    # A useless drafter that guesses one token ahead: after each commit it catches up
+    # (5 ms) and idles. Each pass: 5 ms at half speed (2.5 ms of work) + 7.5 ms = 12.5 ms.
+    result = simulate_async(trace(0, rounds=50), base, 8, max_ahead=1)
+    assert result.ms / result.tokens == pytest.approx(12.5)
+    # Drafting far ahead keeps it busy all the time: every pass takes twice as long.
+    busy = simulate_async(trace(0, rounds=50), base, 8, max_ahead=12)
+    assert busy.ms / busy.tokens == pytest.approx(20.0)
+
+
+def test_network_latency_makes_drafts_arrive_later() -> None:
+    lan = gpu(draft_ms=4.0, network_latency_ms=0.0)
+    far = gpu(draft_ms=4.0, network_latency_ms=20.0)
+    near = simulate("lead+back", trace(6), lan, k=8, max_ahead=12).tokens_per_second
+    assert near == pytest.approx(
+        simulate("async", trace(6), lan, k=8, max_ahead=12).tokens_per_second
+    )
+    assert simulate("lead+back", trace(6), far, k=8, max_ahead=12).tokens_per_second < near
+
+
+def test_the_drafter_guesses_ahead_then_idles() -> None:
+    d = Drafter(runs=[5] * 20, step_ms=10.0, catchup_ms=10.0, max_ahead=3)
+    d.advance(25.0)
+    assert d.ready == [10.0, 20.0, 30.0]  # catch-up, then one guess per step
+    assert d.offer(25.0, committed=0, delay_ms=0.0) == 2
+    assert d.offer(25.0, committed=0, delay_ms=10.0) == 1
+    d.advance(100.0)
+    assert not d.busy and len(d.ready) == 3  # max_ahead reached
+    d.hear(100.0, committed=2)  # the lead accepted two of its guesses
+    d.advance(130.0)
+    assert d.base == 0 and len(d.ready) == 5  # they stand; it drafts two more
+
+
+def test_a_rejection_costs_the_drafter_a_catch_up() -> None:
+    d = Drafter(runs=[1, 0, 3, 2, 1, 0], step_ms=10.0, catchup_ms=7.0, max_ahead=4)
+    d.advance(35.0)  # guesses for positions 0..3; the one at 1 is wrong
+    d.hear(40.0, committed=2)  # 1 accepted + the correction
+    assert d.offer(40.0, committed=2, delay_ms=0.0) == 0  # stale
+    d.advance(41.0)
+    assert d.base == 2 and d.ready == [47.0]
+
+
+# -- profiles, seeds and the command -----------------------------------------------------
+
+
+def test_profile_costs_interpolate_like_the_policy_cost_model() -> None:
+    p = DeviceProfile("p", {1: 10.0, 5: 30.0}, 1.0)
+    for n in range(1, 12):
+        assert p.main_ms(n) == CostModel({1: 10.0, 5: 30.0}).cost(n)
+    assert DeviceProfile.from_dict(p.to_dict()) == p
+    with pytest.raises(UsageError):
+        DeviceProfile.from_dict({"name": "x", "main_ms_by_batch": {"2": 1.0}, "draft_ms": 1.0})
+
+
+def test_every_seed_profile_says_what_is_quoted_and_what_is_assumed() -> None:
+    for seed in SEEDS:
+        assert "Assumed" in seed.profile.note
+        assert seed.profile.main_ms(1) > 0 and seed.profile.draft_ms > 0
+    rows = project_seeds(trace(3), k=8, max_ahead=12, policy="adaptive")
+    table = seeds_table(rows)
+    assert table.count("\n") == len(SEEDS) + 1
+    ngl0 = next(r for r in rows if r.setup.profile.name == "seed002-xeon-a10-ngl0")
+    assert ngl0.k == 4 and ngl0.target == pytest.approx(1000 / 490.05)
+
+
+def bench_report(tmp_path: Path, **profile: float) -> Path:
+    report = {
+        "settings": {"draft_max": 4, "max_ahead": 6, "policy": "adaptive"},
+        "modes": [
+            {"mode": "target-1", "tokens_per_second": 100.0, "trace": []},
+            {"mode": "sync", "tokens_per_second": 50.0, "trace": [[4, 2], [4, 4], [4, 0]] * 20},
+        ],
+        "profile": {
+            "main_ms_by_batch": {"1": 10.0, "5": 14.0},
+            "draft_ms_by_batch": {"1": 3.0},
+            **profile,
+        },
+    }
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(report))
+    return path
+
+
+def test_sim_command_compares_with_the_bench(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sim.json"
+    assert main(["sim", "--bench", str(bench_report(tmp_path)), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "target-1" in text and "+0.0%" in text  # 1000 / 10 ms = 100 tok/s measured
+    modes = {m["mode"]: m for m in json.loads(out.read_text())["modes"]}
+    assert modes["sync"]["projected"] == pytest.approx(1000 * 3 / (4 * 3.0 + 14.0), rel=0.01)
+    assert modes["async"]["measured"] is None
+
+
+def test_sim_command_projects_the_seeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "--bench", str(bench_report(tmp_path)), "--profile", "seeds"]) == 0
+    text = capsys.readouterr().out
+    assert "seed002-xeon-a10-ngl0" in text and "3.79" in text and "this machine's pair" in text
+
+
+def test_sim_reads_concurrent_slowdowns_from_the_bench(tmp_path: Path) -> None:
+    path = bench_report(tmp_path, main_concurrent_slowdown=1.2, draft_concurrent_slowdown=1.1)
+    p = bench_profile(json.loads(path.read_text()))
+    assert (p.main_concurrent_slowdown, p.draft_concurrent_slowdown) == (1.2, 1.1)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--bench", "/nonexistent.json"], "cannot read"),
+        (["--profile", "nope"], "unknown profile"),
+        (["--k", "5"], "k=4"),
+        (["--profile", "/nonexistent/profile.json"], "cannot read"),
+    ],
+)
+def test_sim_usage_errors_exit_2(
+    tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["sim", "--bench", str(bench_report(tmp_path))]
+    assert main(base + argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_sim_needs_a_sync_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps({"settings": {}, "modes": [], "profile": {}}))
+    assert main(["sim", "--bench", str(path)]) == 2
+    assert "no sync trace" in capsys.readouterr().err
