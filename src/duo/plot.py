@@ -36,6 +36,13 @@ def plot(report: Report, out: Path) -> None:
         speed.annotate(
             f"{y:.1f}", (x, y), ha="center", va="bottom", xytext=(0, 3), textcoords="offset points"
         )
+    top = max(
+        [
+            *(m.tokens_per_second + h for m, h in zip(report.modes, highs, strict=True)),
+            report.ceiling_tokens_per_second or 0.0,
+        ]
+    )
+    speed.set_ylim(0, top * 1.25)  # headroom for the labels and the legend
     speed.set_ylabel("decode tokens / s (median, min-max)")
     speed.set_title("speed by mode")
 
