@@ -2,7 +2,7 @@
 # Build llama.cpp's own binaries from the sources vendored in the pinned llama-cpp-python
 # sdist, with the same CPU flags as duo's wheel: the peer `duo bench --modes llama.cpp`
 # measures against (llama-completion, llama-speculative-simple, llama-bench, llama-server,
-# rpc-server).
+# ggml-rpc-server).
 #
 #   scripts/build-llama-cpp.sh [PYTHON]      # prints the directory of the binaries
 #
@@ -17,7 +17,7 @@ source "$(dirname "$0")/cpu-flags.sh"
 ARGS=${DUO_CMAKE_ARGS:-$(cpu_flags)}
 KEY=$(printf '%s %s' "$VERSION" "$ARGS" | sha256sum | cut -c1-16)
 OUT="$HOME_DIR/llama.cpp/$VERSION-$KEY"
-TARGETS="llama-completion llama-speculative-simple llama-bench llama-server rpc-server"
+TARGETS="llama-completion llama-speculative-simple llama-bench llama-server ggml-rpc-server"
 
 if [[ -x "$OUT/bin/llama-speculative-simple" ]]; then
   echo "$OUT/bin"

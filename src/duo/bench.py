@@ -549,6 +549,11 @@ def run(
         },
     )
     target = ModelConfig(models.main, None, threads=models.threads)
+    if any(mode in PEER_MODES for mode in modes):  # fail before measuring anything
+        from duo.llamacpp import find_bin
+
+        find_bin(llama_cpp_bin, "llama-completion")
+        find_bin(llama_cpp_bin, "llama-speculative-simple")
     for mode in modes:
         if mode == "target-1":
             cfg = SpecConfig(**{**asdict(spec), "mode": "target", "draft_cores": None})

@@ -18,7 +18,7 @@ from typing import Any
 
 from duo.errors import UsageError
 
-EVAL = re.compile(r"^\S*:?\s*eval time\s*=\s*([\d.]+) ms /\s*(\d+) (?:runs|tokens)", re.M)
+EVAL = re.compile(r"(?<!prompt )eval time\s*=\s*([\d.]+) ms /\s*(\d+) (?:runs|tokens)")
 DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 DRAFTED = re.compile(r"n_drafted\s*=\s*(\d+)")
 ACCEPTED = re.compile(r"n_accept\s*=\s*(\d+)")

@@ -1,0 +1,38 @@
+"""Reading llama.cpp's own summaries (the bench's peer)."""
+
+from __future__ import annotations
+
+import pytest
+
+from duo.errors import UsageError
+from duo.llamacpp import ACCEPTED, DECODED, DRAFTED, EVAL, find_bin
+
+COMPLETION = """\
+0.01.575.181 I common_perf_print: prompt eval time =     507.62 ms /     4 tokens (  126.91 ms per token,     7.88 tokens per second)
+0.01.575.195 I common_perf_print:        eval time =     470.19 ms /    31 runs   (   15.17 ms per token,    65.93 tokens per second)
+"""  # noqa: E501
+SPECULATIVE = """\
+decoded  128 tokens in    3.456 seconds, speed:   37.037 t/s
+n_draft   = 4
+n_predict = 128
+n_drafted = 140
+n_accept  = 90
+accept    = 64.286%
+"""
+
+
+def test_eval_time_is_not_the_prompt_eval_time() -> None:
+    assert EVAL.findall(COMPLETION) == [("470.19", "31")]
+
+
+def test_speculative_summary() -> None:
+    decoded = DECODED.search(SPECULATIVE)
+    assert decoded is not None and decoded.groups() == ("128", "3.456")
+    drafted, accepted = DRAFTED.search(SPECULATIVE), ACCEPTED.search(SPECULATIVE)
+    assert drafted is not None and drafted.group(1) == "140"
+    assert accepted is not None and accepted.group(1) == "90"
+
+
+def test_missing_binaries_say_how_to_build_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(UsageError, match=r"build-llama-cpp\.sh"):
+        find_bin(str(tmp_path), "llama-completion")
