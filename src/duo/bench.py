@@ -73,12 +73,12 @@ class Report:
 
     def table(self) -> str:
         rows = [
-            f"{'mode':11} {'tok/s':>7} {'vs t-1':>7} {'vs sync':>8} {'ttft ms':>8} "
+            f"{'mode':14} {'tok/s':>7} {'vs t-1':>7} {'vs sync':>8} {'ttft ms':>8} "
             f"{'accept':>7} {'mean len':>9} {'ovh ms':>7} {'B/tok':>6}  devices"
         ]
         for m in self.modes:
             rows.append(
-                f"{m.mode:11} {m.tokens_per_second:7.1f} {_x(m.speedup_vs_target_1):>7} "
+                f"{m.mode:14} {m.tokens_per_second:7.1f} {_x(m.speedup_vs_target_1):>7} "
                 f"{_x(m.speedup_vs_sync):>8} {m.ttft_ms:8.1f} {m.acceptance_rate:7.2f} "
                 f"{m.mean_acceptance_length:9.2f} {m.overhead_ms_per_round:7.2f} "
                 f"{'' if m.wire_bytes_per_token is None else f'{m.wire_bytes_per_token:.1f}':>6}"
@@ -333,7 +333,9 @@ def run_llama_cpp(
             )
         runs.append(stats_list)
     ttfts = [0.0] * (repeat * len(prompts))  # llama.cpp's tools do not report it
-    return _summarise(mode, runs, ttfts, _devices(spec, models) + " (llama.cpp's binaries)")
+    main = ",".join(map(str, sorted(spec.main_cores))) if spec.main_cores else "all"
+    models_on = "main" if mode == "llama.cpp" else "main + draft, one process"
+    return _summarise(mode, runs, ttfts, f"{models_on}: cores {main} (llama.cpp's binaries)")
 
 
 def _complete(
