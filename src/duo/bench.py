@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -159,21 +160,32 @@ def run_in_process(
     with Session(models, spec) as session:
         tokenized = [_tokens(session, p) for p in prompts]
         session.run(tokenized[-1], min(n, 16), sampling=sampling)  # warm-up, not measured
-        runs, ttfts = [], []
-        for rep in range(repeat):
-            stats_list = []
-            for i, prompt in enumerate(tokenized):
-                clock = _FirstRound()
-                stats = session.run(prompt, n, clock, sampling)
-                ttfts.append(clock.seconds)
-                stats_list.append(stats)
-                log(
-                    f"{mode}: run {rep + 1}/{repeat}, prompt {i + 1}/{len(prompts)}: "
-                    f"{stats.tokens_per_second:.1f} tok/s"
-                )
-            runs.append(stats_list)
-        devices = _devices(spec, models)
-        return _summarise(mode, runs, ttfts, devices)
+
+        def one(i: int) -> tuple[Stats, float]:
+            clock = _FirstRound()
+            return session.run(tokenized[i], n, clock, sampling), clock.seconds
+
+        runs, ttfts = _repeat(mode, len(prompts), repeat, log, one)
+        return _summarise(mode, runs, ttfts, _devices(spec, models))
+
+
+def _repeat(
+    mode: str, count: int, repeat: int, log: Any, one: Callable[[int], tuple[Stats, float]]
+) -> tuple[list[list[Stats]], list[float]]:
+    """Run prompt 0..count-1 `repeat` times in order: (stats per repeat, every TTFT)."""
+    runs: list[list[Stats]] = []
+    ttfts: list[float] = []
+    for rep in range(repeat):
+        runs.append([])
+        for i in range(count):
+            stats, ttft = one(i)
+            runs[-1].append(stats)
+            ttfts.append(ttft)
+            log(
+                f"{mode}: run {rep + 1}/{repeat}, prompt {i + 1}/{count}: "
+                f"{stats.tokens_per_second:.1f} tok/s"
+            )
+    return runs, ttfts
 
 
 class _FirstRound:
@@ -256,18 +268,13 @@ def run_lead_back(
         with httpx.Client(base_url=url, timeout=600) as client:
             _complete(client, prompts[-1], min(n, 16), sampling)  # warm-up
             bytes_before = _wire_bytes(client)
-            runs, ttfts = [], []
-            for rep in range(repeat):
-                stats_list = []
-                for i, p in enumerate(prompts):
-                    stats, ttft = _complete(client, p, n, sampling)
-                    stats_list.append(stats)
-                    ttfts.append(ttft)
-                    log(
-                        f"lead+back: run {rep + 1}/{repeat}, prompt {i + 1}/{len(prompts)}: "
-                        f"{stats.tokens_per_second:.1f} tok/s"
-                    )
-                runs.append(stats_list)
+            runs, ttfts = _repeat(
+                "lead+back",
+                len(prompts),
+                repeat,
+                log,
+                lambda i: _complete(client, prompts[i], n, sampling),
+            )
             wire = _wire_bytes(client) - bytes_before
         result = _summarise("lead+back", runs, ttfts, _devices(spec, models) + " (2 processes)")
         tokens = sum(s.tokens for r in runs for s in r)
@@ -298,41 +305,35 @@ def run_llama_cpp(
             model.render_chat([{"role": "user", "content": p.text}]) if p.kind == "chat" else p.text
             for p in prompts
         ]
-    runs: list[list[Stats]] = []
-    for rep in range(repeat):
-        stats_list = []
-        for i, text in enumerate(texts):
-            if mode == "llama.cpp":
-                r = llamacpp.target(bin_dir, models.main, text, n, models.threads, spec.main_cores)
-            else:
-                assert models.draft is not None
-                r = llamacpp.speculative(
-                    bin_dir,
-                    models.main,
-                    models.draft,
-                    text,
-                    n,
-                    spec.draft_max,
-                    models.threads,
-                    models.draft_threads,
-                    spec.main_cores,
-                )
-            # Each round emits its accepted draft tokens plus one: rounds = tokens - accepted.
-            stats = Stats(
-                tokens=r["tokens"],
-                decode_seconds=r["seconds"],
-                drafted=r["drafted"],
-                accepted=r["accepted"],
-                rounds=r["tokens"] - r["accepted"],
-                llama_seconds=r["seconds"],
+
+    def one(i: int) -> tuple[Stats, float]:
+        if mode == "llama.cpp":
+            r = llamacpp.target(bin_dir, models.main, texts[i], n, models.threads, spec.main_cores)
+        else:
+            assert models.draft is not None
+            r = llamacpp.speculative(
+                bin_dir,
+                models.main,
+                models.draft,
+                texts[i],
+                n,
+                spec.draft_max,
+                models.threads,
+                models.draft_threads,
+                spec.main_cores,
             )
-            stats_list.append(stats)
-            log(
-                f"{mode}: run {rep + 1}/{repeat}, prompt {i + 1}/{len(prompts)}: "
-                f"{stats.tokens_per_second:.1f} tok/s"
-            )
-        runs.append(stats_list)
-    ttfts = [0.0] * (repeat * len(prompts))  # llama.cpp's tools do not report it
+        # Each round emits its accepted draft tokens plus one: rounds = tokens - accepted.
+        stats = Stats(
+            tokens=r["tokens"],
+            decode_seconds=r["seconds"],
+            drafted=r["drafted"],
+            accepted=r["accepted"],
+            rounds=r["tokens"] - r["accepted"],
+            llama_seconds=r["seconds"],
+        )
+        return stats, 0.0  # llama.cpp's tools do not report the time to first token
+
+    runs, ttfts = _repeat(mode, len(texts), repeat, log, one)
     main = ",".join(map(str, sorted(spec.main_cores))) if spec.main_cores else "all"
     models_on = "main" if mode == "llama.cpp" else "main + draft, one process"
     return _summarise(mode, runs, ttfts, f"{models_on}: cores {main} (llama.cpp's binaries)")
