@@ -18,10 +18,10 @@ from duo.console import TokenPrinter
 from duo.errors import DuoError, UsageError
 from duo.local import MODES, ModelConfig, Session, SpecConfig, parse_pin, resolve_models
 from duo.models import PAIRS, is_ready, prepare, verify_file
+from duo.projections import add_sim_parser
 from duo.rpc import add_rpc_arg, add_rpc_server_parser, setup_rpc
 from duo.sampling import SamplingParams
 from duo.serve import add_back_parser, add_lead_parser
-from duo.sim import add_sim_parser
 from duo.stats import Stats
 
 DEMO_PROMPT = "Explain the difference between concurrency and parallelism in Python."

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from duo.sim import Projection, bench_profile, bench_table, project_bench
+from duo.projections import Projection, bench_profile, bench_table, project_bench
 
 pytestmark = pytest.mark.integration
 

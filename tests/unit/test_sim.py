@@ -11,14 +11,11 @@ import pytest
 from duo.cli import main
 from duo.errors import UsageError
 from duo.policy import CostModel
+from duo.projections import SEEDS, bench_profile, project_seeds, seeds_table
 from duo.sim import (
-    SEEDS,
     DeviceProfile,
     Drafter,
     Trace,
-    bench_profile,
-    project_seeds,
-    seeds_table,
     simulate,
     simulate_async,
     simulate_sync,
