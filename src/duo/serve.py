@@ -85,6 +85,8 @@ def cmd_lead(args: argparse.Namespace) -> int:
     from duo.lead import Lead, LeadConfig
 
     _check_port(args.host, args.port)
+    if not args.verbose:  # one INFO line per request, drafters joining and leaving
+        logging.getLogger("duo").setLevel(logging.INFO)
     if args.rpc and not os.environ.get(WORKER_ENV):
         return supervise_lead(args)
     spec = spec_config(args)
