@@ -78,7 +78,13 @@ class Back:
                 try:
                     await self._connection()
                     delay = 0.25
-                except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError) as e:
+                except (
+                    OSError,
+                    ConnectionClosed,
+                    InvalidHandshake,
+                    TimeoutError,
+                    ProtocolError,  # a lead that speaks nonsense: drop it and try again
+                ) as e:
                     log.warning(
                         "lead %s unavailable (%s); retrying in %.1fs",
                         self.url,
