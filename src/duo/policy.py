@@ -96,25 +96,41 @@ class FixedPolicy:
 class AdaptivePolicy:
     """Verify the draft prefix with the best expected throughput (see module doc).
 
-    Every `explore_every`-th offered draft is verified whole anyway, so the acceptance
-    estimates stay current even when drafts are usually skipped.
+    Now and then an offered draft is verified whole anyway, so the acceptance estimates
+    stay current even when drafts are usually skipped. Exploring costs a batched pass, so
+    while the policy keeps finding drafts not worth verifying it explores half as often
+    each time (every `explore_every`-th offer at first, every `explore_max`-th at most),
+    and goes back to `explore_every` as soon as drafts pay again.
     """
 
     def __init__(
-        self, costs: CostModel, acceptance: Acceptance | None = None, explore_every: int = 8
+        self,
+        costs: CostModel,
+        acceptance: Acceptance | None = None,
+        explore_every: int = 8,
+        explore_max: int = 64,
     ):
         self.costs = costs
         self.acceptance = acceptance or Acceptance()
         self.explore_every = explore_every
-        self._offers = 0
+        self.explore_max = max(explore_max, explore_every)
+        self._interval = explore_every
+        self._until_explore = explore_every
+        self._exploring = False
 
     def choose(self, available: int) -> int:
         if available == 0:
             return 0
-        self._offers += 1
-        if self._offers % self.explore_every == 0:
+        best = best_length(available, self.costs.cost, self.acceptance.p)
+        if best > 0:
+            self._interval = self.explore_every  # drafts pay: keep the estimates fresh
+        self._until_explore -= 1
+        if self._until_explore <= 0:
+            if best == 0:  # still not worth it: look again later than last time
+                self._interval = min(2 * self._interval, self.explore_max)
+            self._until_explore = self._interval
             return available
-        return best_length(available, self.costs.cost, self.acceptance.p)
+        return best
 
     def observe(self, drafted: int, accepted: int, seconds: float) -> None:
         self.costs.observe(drafted + 1, seconds)

@@ -35,8 +35,19 @@ def test_acceptance_counts_only_tested_positions() -> None:
     assert acc.p(2) == pytest.approx(0.5)
 
 
-def test_adaptive_policy_explores_periodically() -> None:
-    policy = AdaptivePolicy(CostModel({1: 0.01, 2: 0.05}), Acceptance(prior=0.1), explore_every=4)
-    choices = [policy.choose(3) for _ in range(8)]
-    assert choices.count(3) == 2 and choices.count(0) == 6
+def test_adaptive_policy_explores_less_while_drafts_do_not_pay() -> None:
+    policy = AdaptivePolicy(
+        CostModel({1: 0.01, 2: 0.05}), Acceptance(prior=0.1), explore_every=4, explore_max=16
+    )
+    choices = [policy.choose(3) for _ in range(60)]
+    explored = [i for i, c in enumerate(choices) if c == 3]
+    assert set(choices) == {0, 3}
+    # Intervals 4, then 8, then 16, 16, ...: backing off, capped.
+    assert [b - a for a, b in zip(explored, explored[1:], strict=False)][:3] == [8, 16, 16]
+    assert explored[0] == 3
     assert policy.choose(0) == 0
+
+
+def test_adaptive_policy_uses_drafts_that_pay() -> None:
+    policy = AdaptivePolicy(CostModel({1: 0.010, 5: 0.011}), Acceptance(prior=0.9))
+    assert [policy.choose(4) for _ in range(10)] == [4] * 10
