@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from duo.policy import Acceptance, AdaptivePolicy, CostModel, best_length
@@ -43,7 +45,7 @@ def test_adaptive_policy_explores_less_while_drafts_do_not_pay() -> None:
     explored = [i for i, c in enumerate(choices) if c == 3]
     assert set(choices) == {0, 3}
     # Intervals 4, then 8, then 16, 16, ...: backing off, capped.
-    assert [b - a for a, b in zip(explored, explored[1:], strict=False)][:3] == [8, 16, 16]
+    assert [b - a for a, b in itertools.pairwise(explored)][:3] == [8, 16, 16]
     assert explored[0] == 3
     assert policy.choose(0) == 0
 
