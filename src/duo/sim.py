@@ -27,8 +27,9 @@ Modelling assumptions (each one is a simplification of the real engine):
 4. The network (lead+back) delays every message, commits to the drafter and drafts to the
    lead, by one-way latency + MESSAGE_BYTES / bandwidth.
 5. The adaptive policy knows the costs and the per-position acceptance up front (the
-   steady state the real one learns), and explores like policy.AdaptivePolicy: every
-   8th offered draft is verified whole.
+   steady state the real one learns); it is policy.AdaptivePolicy itself, so it explores
+   like the lead does (an offered draft verified whole now and then, less often while
+   drafts do not pay).
 6. Several generations are simulated as one long one: prefill, the first rounds of each
    generation and the shorter drafts at the end of each are not modelled.
 """
