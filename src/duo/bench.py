@@ -19,7 +19,6 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -30,9 +29,9 @@ from typing import Any
 import httpx
 
 from duo.backend import Model
+from duo.costs import profile
 from duo.errors import UsageError
-from duo.local import ModelConfig, Session, SpecConfig, _pinned
-from duo.policy import calibrate
+from duo.local import ModelConfig, Session, SpecConfig
 from duo.sampling import GREEDY, SamplingParams
 from duo.stats import Stats
 
@@ -200,12 +199,15 @@ class _FirstRound:
             self.seconds = time.perf_counter() - self.t0
 
 
+def _cores(cores: frozenset[int] | None, unpinned: str) -> str:
+    """A core set as `--pin`/`--devices` write it ("0,1"), or `unpinned`."""
+    return ",".join(map(str, sorted(cores))) if cores else unpinned
+
+
 def _devices(spec: SpecConfig, models: ModelConfig) -> str:
-    main = ",".join(map(str, sorted(spec.main_cores))) if spec.main_cores else "all"
-    text = f"main: cores {main} x{models.threads}t"
+    text = f"main: cores {_cores(spec.main_cores, 'all')} x{models.threads}t"
     if spec.mode != "target":
-        draft = ",".join(map(str, sorted(spec.draft_cores))) if spec.draft_cores else "all"
-        text += f"; draft: cores {draft} x{models.draft_threads}t"
+        text += f"; draft: cores {_cores(spec.draft_cores, 'all')} x{models.draft_threads}t"
     return text
 
 
@@ -221,8 +223,8 @@ def run_lead_back(
     assert models.draft is not None
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    pin_main = ",".join(map(str, sorted(spec.main_cores))) if spec.main_cores else ""
-    pin_draft = ",".join(map(str, sorted(spec.draft_cores))) if spec.draft_cores else ""
+    pin_main = _cores(spec.main_cores, "")
+    pin_draft = _cores(spec.draft_cores, "")
     lead_cmd = [
         sys.executable,
         "-m",
@@ -298,7 +300,6 @@ def run_llama_cpp(
 ) -> ModeResult:
     """The same prompts through llama.cpp's binaries, greedy, on the main device."""
     from duo import llamacpp
-    from duo.backend import Model
 
     with Model(models.main, n_ctx=512) as model:  # the chat template, as the other modes
         texts = [
@@ -334,7 +335,7 @@ def run_llama_cpp(
         return stats, 0.0  # llama.cpp's tools do not report the time to first token
 
     runs, ttfts = _repeat(mode, len(texts), repeat, log, one)
-    main = ",".join(map(str, sorted(spec.main_cores))) if spec.main_cores else "all"
+    main = _cores(spec.main_cores, "all")
     models_on = "main" if mode == "llama.cpp" else "main + draft, one process"
     return _summarise(mode, runs, ttfts, f"{models_on}: cores {main} (llama.cpp's binaries)")
 
@@ -418,95 +419,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-PROFILE_ROUNDS = 5  # alternating measurement rounds; each figure is their median
-Cores = frozenset[int] | None
-
-
-def profile(models: ModelConfig, spec: SpecConfig, max_batch: int) -> dict[str, Any]:
-    """Device costs: the main model's pass time by batch size on the main cores, and the
-    draft model's time per token on the draft cores (each measured alone), plus how much
-    slower each runs while the other decodes at the same time (concurrent_slowdown).
-
-    A shared host drifts by tens of percent over seconds, so the two models are measured
-    in alternating rounds and each figure is the median over rounds.
-    """
-    target = SpecConfig(mode="target")
-    main = Session(ModelConfig(models.main, None, threads=models.threads), target)
-    draft = None
-    try:
-        if models.draft is not None:
-            draft = Session(ModelConfig(models.draft, None, threads=models.draft_threads), target)
-        jobs = [("main", main, spec.main_cores, max_batch)]
-        if draft is not None:
-            jobs.append(("draft", draft, spec.draft_cores, 1))
-        rounds: dict[str, list[dict[int, float]]] = {name: [] for name, *_ in jobs}
-        for _ in range(PROFILE_ROUNDS):
-            for name, session, cores, batches in jobs:
-                with _pinned(cores):
-                    rounds[name].append(calibrate(session.main, batches, repeats=3).seconds)
-        out: dict[str, Any] = {}
-        for name, measured in rounds.items():
-            out[f"{name}_ms_by_batch"] = {
-                n: 1000 * statistics.median(r[n] for r in measured) for n in sorted(measured[0])
-            }
-        if draft is not None:
-            out.update(concurrent_slowdown(main, spec.main_cores, draft, spec.draft_cores))
-        return out
-    finally:
-        main.close()
-        if draft is not None:
-            draft.close()
-
-
-def concurrent_slowdown(
-    main: Session, main_cores: Cores, draft: Session, draft_cores: Cores, blocks: int = 6
-) -> dict[str, float]:
-    """How much slower a one-token pass of each model is while the other model decodes at
-    the same time on its own cores (shared caches, memory bandwidth, a host's other
-    tenants): together / alone, in alternating blocks, median over blocks."""
-    ratios: dict[str, list[float]] = {"main": [], "draft": []}
-    for _ in range(blocks):
-        main_alone = _pass_ms(main.main, main_cores)
-        draft_alone = _pass_ms(draft.main, draft_cores)
-        busy = threading.Event()
-        busy.set()
-        draft_busy: list[float] = []
-        args = (draft.main, draft_cores, busy, draft_busy)
-        thread = threading.Thread(target=_decode_while, args=args)
-        thread.start()
-        try:
-            main_busy = _pass_ms(main.main, main_cores)
-        finally:
-            busy.clear()
-            thread.join()
-        ratios["main"].append(main_busy / main_alone)
-        if draft_busy:
-            ratios["draft"].append(statistics.median(draft_busy) / draft_alone)
-    return {f"{name}_concurrent_slowdown": statistics.median(r) for name, r in ratios.items()}
-
-
-def _decode_while(model: Model, cores: Cores, running: threading.Event, out: list[float]) -> None:
-    with _pinned(cores):
-        while running.is_set():
-            out.append(_pass_ms(model, None, passes=1))
-
-
-def _pass_ms(model: Model, cores: Cores, passes: int = 15) -> float:
-    """Median ms of a one-token pass (after a short context), on `cores`."""
-    base = len(model.tokens)
-    if base < 32:
-        model.decode([100] * (32 - base), all_logits=False)  # any valid token will do
-        base = 32
-    times = []
-    with _pinned(cores):
-        for _ in range(passes):
-            t0 = time.perf_counter()
-            model.decode([100])
-            times.append(1000 * (time.perf_counter() - t0))
-            model.truncate(base)
-    return statistics.median(times)
 
 
 def ceiling(main_ms_by_batch: dict[int, float], sync: ModeResult) -> float:

@@ -136,7 +136,7 @@ class Session:
         self, prompt: list[int], max_tokens: int, stats: Stats, sampling: SamplingParams = GREEDY
     ) -> Iterator[Round]:
         """Generate on the calling thread (pinned to the main cores, if any), round by round."""
-        with _pinned(self.spec.main_cores):
+        with pinned(self.spec.main_cores):
             for r in generate(
                 self.main,
                 prompt,
@@ -187,7 +187,7 @@ class Session:
 
 
 @contextmanager
-def _pinned(cores: frozenset[int] | None) -> Iterator[None]:
+def pinned(cores: frozenset[int] | None) -> Iterator[None]:
     if not cores:
         yield
         return
