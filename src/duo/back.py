@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -51,9 +52,15 @@ def drafter_url(lead: str) -> str:
 
 
 class Back:
-    def __init__(self, model: Model, config: BackConfig) -> None:
+    def __init__(
+        self,
+        model: Model,
+        config: BackConfig,
+        on_connect: Callable[[str], None] | None = None,
+    ) -> None:
         self.model = model
         self.config = config
+        self.on_connect = on_connect  # told the lead's URL at every (re)connection
         self.url = drafter_url(config.lead)
         self.name = config.name or f"{socket.gethostname()}:{os.getpid()}"
         self._outbox: asyncio.Queue[bytes] | None = None
@@ -128,7 +135,8 @@ class Back:
             self._outbox = asyncio.Queue()
             sender = asyncio.create_task(self._send_loop(ws, self._outbox))
             log.info("connected to %s", self.url)
-            print(f"duo back: connected to {self.config.lead}", flush=True)
+            if self.on_connect is not None:
+                self.on_connect(self.config.lead)
             try:
                 async for data in ws:
                     self._on_frame(p.decode(data, self._width))

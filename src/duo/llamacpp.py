@@ -49,6 +49,24 @@ def _run(argv: list[str], cores: frozenset[int] | None) -> str:
     return result.stdout + result.stderr
 
 
+def _greedy(main: Path, prompt: str, n: int, threads: int) -> list[str]:
+    """The flags both tools share: model, prompt, length, threads, greedy, context."""
+    return [
+        "-m",
+        str(main),
+        "-p",
+        prompt,
+        "-n",
+        str(n),
+        "-t",
+        str(threads),
+        "--temp",
+        "0",
+        "-c",
+        "4096",
+    ]
+
+
 def target(
     bin_dir: str | None, main: Path, prompt: str, n: int, threads: int, cores: frozenset[int] | None
 ) -> dict[str, Any]:
@@ -56,21 +74,8 @@ def target(
     out = _run(
         [
             str(find_bin(bin_dir, "llama-completion")),
-            "-m",
-            str(main),
-            "-p",
-            prompt,
-            "-n",
-            str(n),
-            "-t",
-            str(threads),
-            "--temp",
-            "0",
-            "-no-cnv",
-            "--no-warmup",
-            "-c",
-            "4096",
-            "--ignore-eos",
+            *_greedy(main, prompt, n, threads),
+            *("-no-cnv", "--no-warmup", "--ignore-eos"),
         ],
         cores,
     )
@@ -96,26 +101,9 @@ def speculative(
     out = _run(
         [
             str(find_bin(bin_dir, "llama-speculative-simple")),
-            "-m",
-            str(main),
-            "-md",
-            str(draft),
-            "-p",
-            prompt,
-            "-n",
-            str(n),
-            "-t",
-            str(threads),
-            "-td",
-            str(draft_threads),
-            "--spec-type",
-            "draft-simple",
-            "--spec-draft-n-max",
-            str(k),
-            "--temp",
-            "0",
-            "-c",
-            "4096",
+            *_greedy(main, prompt, n, threads),
+            *("-md", str(draft), "-td", str(draft_threads)),
+            *("--spec-type", "draft-simple", "--spec-draft-n-max", str(k)),
         ],
         cores,
     )

@@ -171,7 +171,9 @@ def cmd_back(args: argparse.Namespace) -> int:
     config = BackConfig(
         lead=args.lead, max_ahead=args.max_ahead, api_key=args.api_key, name=args.name, cores=cores
     )
-    back = Back(model, config)
+    back = Back(
+        model, config, on_connect=lambda url: print(f"duo back: connected to {url}", flush=True)
+    )
     print(f"duo back: {path.name} drafting for {args.lead}", flush=True)
     try:
         asyncio.run(back.run())
