@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from duo.projections import Projection, bench_profile, bench_table, project_bench
+from duo.profiles import bench_profile
+from duo.projections import Projection, bench_table, project_bench
 
 pytestmark = pytest.mark.integration
 

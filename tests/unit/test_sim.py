@@ -11,7 +11,8 @@ import pytest
 from duo.cli import main
 from duo.errors import UsageError
 from duo.policy import CostModel
-from duo.projections import SEEDS, bench_profile, project_seeds, seeds_table
+from duo.profiles import SEEDS, bench_profile
+from duo.projections import project_seeds, seeds_table
 from duo.sim import (
     DeviceProfile,
     Drafter,
