@@ -30,6 +30,17 @@ def other_vocab_draft() -> Path:
     return prepare(get_pair("gemma3"), progress=False)[1]
 
 
+def duo(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run `duo ARGS` to completion, as a user would: (exit code, stdout, stderr)."""
+    return subprocess.run(
+        [sys.executable, "-m", "duo", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

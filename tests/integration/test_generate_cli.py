@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from .conftest import duo
+
 pytestmark = pytest.mark.integration
-
-
-def duo(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "duo", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def assert_clean_failure(result: subprocess.CompletedProcess[str], message: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,21 +14,11 @@ import pytest
 from duo.errors import UsageError
 from duo.rpc import probe
 
-from .conftest import Proc, free_port, wait_until
+from .conftest import Proc, duo, free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
 PROMPT = "The three primary colors are"
-
-
-def duo(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "duo", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def answers(endpoint: str) -> bool:
