@@ -9,18 +9,21 @@ Modes:
 
 Warm-up runs are excluded; each figure is the median over repeats of the whole suite. The
 suite is run in order, so no prompt follows itself (a drafter would otherwise still hold
-the previous answer in its cache and look better than it is).
+the previous answer in its cache and look better than it is). By default every mode stays
+loaded and the modes take turns prompt by prompt: a shared host's speed drifts by tens of
+percent over a minute, and taking turns spreads that drift over all modes alike.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -29,7 +32,7 @@ from typing import Any
 import httpx
 
 from duo.backend import Model
-from duo.costs import profile
+from duo.costs import Profiler
 from duo.errors import UsageError
 from duo.local import ModelConfig, Session, SpecConfig
 from duo.sampling import GREEDY, SamplingParams
@@ -57,6 +60,9 @@ class ModeResult:
     accepted_at: list[float]
     overhead_ms_per_round: float
     wire_bytes_per_token: float | None = None
+    # lead+back: the lead process's CPU time outside the main model's passes (event loop,
+    # drafter messages, API streaming, bookkeeping) per generated token (Linux only)
+    lead_cpu_ms_per_token: float | None = None
     speedup_vs_target_1: float | None = None
     speedup_vs_sync: float | None = None
     devices: str = ""
@@ -89,7 +95,22 @@ class Report:
                 f"ceiling (zero-cost drafter at the measured acceptance): "
                 f"{self.ceiling_tokens_per_second:.1f} tok/s"
             )
+        if self.profile:
+            rows.append(profile_line(self.profile))
         return "\n".join(rows)
+
+
+def profile_line(profile: dict[str, Any]) -> str:
+    """The device costs in one line, with how much the host drifted during the run."""
+    main = profile["main_ms_by_batch"]
+    parts = [f"main {main[1]:.1f} ms (1 token), {main[max(main)]:.1f} ms ({max(main)} tokens)"]
+    if "draft_ms_by_batch" in profile:
+        parts.append(f"draft {profile['draft_ms_by_batch'][1]:.1f} ms/token")
+    drift = max(profile["drift_percent"].values())
+    return (
+        f"device costs after {profile['context_tokens']} tokens of context: {', '.join(parts)}; "
+        f"median of {profile['rounds']} rounds spread over the run, which drifted {drift:.0f}%"
+    )
 
 
 def _x(v: float | None) -> str:
@@ -125,6 +146,13 @@ def _tokens(session: Session, p: Prompt) -> list[int]:
     return session.main.tokenize(p.text)
 
 
+def _mean_context(main: ModelConfig, prompts: list[Prompt], n: int) -> int:
+    """Tokens of context a pass sees on average in this bench: prompt + half the output."""
+    with Session(main, SpecConfig(mode="target")) as session:
+        lengths = [len(_tokens(session, p)) for p in prompts]
+    return round(statistics.mean(lengths)) + n // 2
+
+
 def _summarise(mode: str, runs: list[list[Stats]], ttfts: list[float], devices: str) -> ModeResult:
     per_run = [sum(s.tokens for s in r) / sum(s.decode_seconds for s in r) for r in runs]
     total = Stats()
@@ -146,45 +174,47 @@ def _summarise(mode: str, runs: list[list[Stats]], ttfts: list[float], devices: 
     )
 
 
-def run_in_process(
-    mode: str,
-    models: ModelConfig,
-    spec: SpecConfig,
-    prompts: list[Prompt],
-    n: int,
-    repeat: int,
-    log: Any,
-    sampling: SamplingParams = GREEDY,
-) -> ModeResult:
-    with Session(models, spec) as session:
-        tokenized = [_tokens(session, p) for p in prompts]
-        session.run(tokenized[-1], min(n, 16), sampling=sampling)  # warm-up, not measured
+class Runner:
+    """One mode of the bench: opened once, then asked for one prompt at a time."""
 
-        def one(i: int) -> tuple[Stats, float]:
-            clock = _FirstRound()
-            return session.run(tokenized[i], n, clock, sampling), clock.seconds
+    mode: str
+    devices: str
 
-        runs, ttfts = _repeat(mode, len(prompts), repeat, log, one)
-        return _summarise(mode, runs, ttfts, _devices(spec, models))
+    def one(self, i: int) -> tuple[Stats, float]:
+        """Generate for prompt i: its stats and its time to first token (s)."""
+        raise NotImplementedError
+
+    def finish(self, result: ModeResult) -> None:
+        """Add what only this mode can tell to its summary."""
+
+    def close(self) -> None:
+        pass
 
 
-def _repeat(
-    mode: str, count: int, repeat: int, log: Any, one: Callable[[int], tuple[Stats, float]]
-) -> tuple[list[list[Stats]], list[float]]:
-    """Run prompt 0..count-1 `repeat` times in order: (stats per repeat, every TTFT)."""
-    runs: list[list[Stats]] = []
-    ttfts: list[float] = []
-    for rep in range(repeat):
-        runs.append([])
-        for i in range(count):
-            stats, ttft = one(i)
-            runs[-1].append(stats)
-            ttfts.append(ttft)
-            log(
-                f"{mode}: run {rep + 1}/{repeat}, prompt {i + 1}/{count}: "
-                f"{stats.tokens_per_second:.1f} tok/s"
-            )
-    return runs, ttfts
+class InProcess(Runner):
+    """target-1, target-all, sync and async: a Session in this process."""
+
+    def __init__(
+        self,
+        mode: str,
+        models: ModelConfig,
+        spec: SpecConfig,
+        prompts: list[Prompt],
+        n: int,
+        sampling: SamplingParams,
+    ) -> None:
+        self.mode, self.n, self.sampling = mode, n, sampling
+        self.devices = _devices(spec, models)
+        self.session = Session(models, spec)
+        self.tokenized = [_tokens(self.session, p) for p in prompts]
+        self.session.run(self.tokenized[-1], min(n, 16), sampling=sampling)  # warm-up
+
+    def one(self, i: int) -> tuple[Stats, float]:
+        clock = _FirstRound()
+        return self.session.run(self.tokenized[i], self.n, clock, self.sampling), clock.seconds
+
+    def close(self) -> None:
+        self.session.close()
 
 
 class _FirstRound:
@@ -211,118 +241,126 @@ def _devices(spec: SpecConfig, models: ModelConfig) -> str:
     return text
 
 
-def run_lead_back(
-    models: ModelConfig,
-    spec: SpecConfig,
-    prompts: list[Prompt],
-    n: int,
-    repeat: int,
-    log: Any,
-    sampling: SamplingParams = GREEDY,
-) -> ModeResult:
-    assert models.draft is not None
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    pin_main = _cores(spec.main_cores, "")
-    pin_draft = _cores(spec.draft_cores, "")
-    lead_cmd = [
-        sys.executable,
-        "-m",
-        "duo",
-        "lead",
-        "-m",
-        str(models.main),
-        "--port",
-        str(port),
-        "--quiet",
-        "--draft",
-        str(spec.draft_max),
-        "-t",
-        str(models.threads),
-        "--policy",
-        "adaptive" if spec.adaptive else "fixed",
-    ]
-    if pin_main:
-        lead_cmd += ["--pin", f"{pin_main}:"]
-    back_cmd = [
-        sys.executable,
-        "-m",
-        "duo",
-        "back",
-        "-m",
-        str(models.draft),
-        "--lead",
-        url,
-        "-t",
-        str(models.draft_threads),
-        "--max-ahead",
-        str(spec.max_ahead),
-    ]
-    if pin_draft:
-        back_cmd += ["--pin", pin_draft]
-    procs = [subprocess.Popen(lead_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    try:
-        _wait(lambda: httpx.get(f"{url}/health", timeout=2).json()["status"] == "ok", procs[0])
-        procs.append(
-            subprocess.Popen(back_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        )
-        _wait(lambda: httpx.get(f"{url}/health", timeout=2).json()["drafters"] > 0, procs[1])
-        with httpx.Client(base_url=url, timeout=600) as client:
-            _complete(client, prompts[-1], min(n, 16), sampling)  # warm-up
-            bytes_before = _wire_bytes(client)
-            runs, ttfts = _repeat(
-                "lead+back",
-                len(prompts),
-                repeat,
-                log,
-                lambda i: _complete(client, prompts[i], n, sampling),
+class LeadBack(Runner):
+    """`duo lead` and `duo back` as two processes over loopback, through the HTTP API."""
+
+    mode = "lead+back"
+
+    def __init__(
+        self,
+        models: ModelConfig,
+        spec: SpecConfig,
+        prompts: list[Prompt],
+        n: int,
+        sampling: SamplingParams,
+    ) -> None:
+        assert models.draft is not None
+        self.prompts, self.n, self.sampling = prompts, n, sampling
+        self.devices = _devices(spec, models) + " (2 processes)"
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        pin_main = _cores(spec.main_cores, "")
+        pin_draft = _cores(spec.draft_cores, "")
+        lead_cmd = [
+            sys.executable, "-m", "duo", "lead", "-m", str(models.main), "--port", str(port),
+            "--quiet", "--draft", str(spec.draft_max), "-t", str(models.threads),
+            "--policy", "adaptive" if spec.adaptive else "fixed",
+        ]  # fmt: skip
+        if pin_main:
+            lead_cmd += ["--pin", f"{pin_main}:"]
+        back_cmd = [
+            sys.executable, "-m", "duo", "back", "-m", str(models.draft), "--lead", url,
+            "-t", str(models.draft_threads), "--max-ahead", str(spec.max_ahead),
+        ]  # fmt: skip
+        if pin_draft:
+            back_cmd += ["--pin", pin_draft]
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        self.procs = [subprocess.Popen(lead_cmd, **quiet)]  # type: ignore[call-overload]
+        try:
+            _wait(
+                lambda: httpx.get(f"{url}/health", timeout=2).json()["status"] == "ok",
+                self.procs[0],
             )
-            wire = _wire_bytes(client) - bytes_before
-        result = _summarise("lead+back", runs, ttfts, _devices(spec, models) + " (2 processes)")
-        tokens = sum(s.tokens for r in runs for s in r)
-        result.wire_bytes_per_token = wire / tokens if tokens else None
-        return result
-    finally:
-        for proc in reversed(procs):
+            self.procs.append(subprocess.Popen(back_cmd, **quiet))  # type: ignore[call-overload]
+            _wait(
+                lambda: httpx.get(f"{url}/health", timeout=2).json()["drafters"] > 0, self.procs[1]
+            )
+            self.client = httpx.Client(base_url=url, timeout=600)
+            _complete(self.client, prompts[-1], min(n, 16), sampling)  # warm-up
+            self.bytes_before = _wire_bytes(self.client)
+            self.tokens = 0
+            self.lead_cpu: float | None = 0.0
+        except BaseException:
+            self._stop()
+            raise
+
+    def one(self, i: int) -> tuple[Stats, float]:
+        cpu = _cpu_seconds(self.procs[0].pid)
+        stats, ttft = _complete(self.client, self.prompts[i], self.n, self.sampling)
+        main_seconds = stats.prefill_seconds + stats.llama_seconds  # inside the main model
+        if cpu is not None and self.lead_cpu is not None:
+            self.lead_cpu += (_cpu_seconds(self.procs[0].pid) or cpu) - cpu - main_seconds
+        else:
+            self.lead_cpu = None
+        self.tokens += stats.tokens
+        return stats, ttft
+
+    def finish(self, result: ModeResult) -> None:
+        if not self.tokens:
+            return
+        wire = _wire_bytes(self.client) - self.bytes_before
+        result.wire_bytes_per_token = wire / self.tokens
+        if self.lead_cpu is not None:
+            result.lead_cpu_ms_per_token = 1000 * max(0.0, self.lead_cpu) / self.tokens
+
+    def close(self) -> None:
+        self.client.close()
+        self._stop()
+
+    def _stop(self) -> None:
+        for proc in reversed(self.procs):
             proc.terminate()
             proc.wait(timeout=30)
 
 
-def run_llama_cpp(
-    mode: str,
-    models: ModelConfig,
-    spec: SpecConfig,
-    prompts: list[Prompt],
-    n: int,
-    repeat: int,
-    log: Any,
-    bin_dir: str | None,
-) -> ModeResult:
+class LlamaCpp(Runner):
     """The same prompts through llama.cpp's binaries, greedy, on the main device."""
-    from duo import llamacpp
 
-    with Model(models.main, n_ctx=512) as model:  # the chat template, as the other modes
-        texts = [
-            model.render_chat([{"role": "user", "content": p.text}]) if p.kind == "chat" else p.text
-            for p in prompts
-        ]
+    def __init__(
+        self,
+        mode: str,
+        models: ModelConfig,
+        spec: SpecConfig,
+        prompts: list[Prompt],
+        n: int,
+        bin_dir: str | None,
+    ) -> None:
+        self.mode, self.models, self.spec, self.n, self.bin_dir = mode, models, spec, n, bin_dir
+        with Model(models.main, n_ctx=512) as model:  # the chat template, as the other modes
+            self.texts = [
+                model.render_chat([{"role": "user", "content": p.text}])
+                if p.kind == "chat"
+                else p.text
+                for p in prompts
+            ]
+        main = _cores(spec.main_cores, "all")
+        models_on = "main" if mode == "llama.cpp" else "main + draft, one process"
+        self.devices = f"{models_on}: cores {main} (llama.cpp's binaries)"
 
-    def one(i: int) -> tuple[Stats, float]:
-        if mode == "llama.cpp":
-            r = llamacpp.target(bin_dir, models.main, texts[i], n, models.threads, spec.main_cores)
-        else:
-            assert models.draft is not None
-            r = llamacpp.speculative(
-                bin_dir,
-                models.main,
-                models.draft,
-                texts[i],
-                n,
-                spec.draft_max,
-                models.threads,
-                models.draft_threads,
-                spec.main_cores,
+    def one(self, i: int) -> tuple[Stats, float]:
+        from duo import llamacpp
+
+        m, spec = self.models, self.spec
+        if self.mode == "llama.cpp":
+            r = llamacpp.target(
+                self.bin_dir, m.main, self.texts[i], self.n, m.threads, spec.main_cores
             )
+        else:
+            assert m.draft is not None
+            r = llamacpp.speculative(
+                self.bin_dir, m.main, m.draft, self.texts[i], self.n, spec.draft_max,
+                m.threads, m.draft_threads, spec.main_cores,
+            )  # fmt: skip
         # Each round emits its accepted draft tokens plus one: rounds = tokens - accepted.
         stats = Stats(
             tokens=r["tokens"],
@@ -333,11 +371,6 @@ def run_llama_cpp(
             llama_seconds=r["seconds"],
         )
         return stats, 0.0  # llama.cpp's tools do not report the time to first token
-
-    runs, ttfts = _repeat(mode, len(texts), repeat, log, one)
-    main = _cores(spec.main_cores, "all")
-    models_on = "main" if mode == "llama.cpp" else "main + draft, one process"
-    return _summarise(mode, runs, ttfts, f"{models_on}: cores {main} (llama.cpp's binaries)")
 
 
 def _complete(
@@ -388,6 +421,15 @@ def _complete(
         llama_seconds=timings["main_decode_ms"] / 1000,
     )
     return s, ttft
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) a process has used, from /proc; None where there is none."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _wire_bytes(client: httpx.Client) -> int:
@@ -443,7 +485,12 @@ def run(
     log: Any,
     sampling: SamplingParams = GREEDY,
     llama_cpp_bin: str | None = None,
+    interleave: bool = True,
 ) -> Report:
+    """Measure `modes` on `prompts`. Interleaved (the default), every mode stays loaded and
+    they take turns prompt by prompt, so a host that drifts over the run slows them all
+    alike; otherwise each mode runs alone, one after another (for models that fit in
+    memory only once). Device costs are measured between turns (`costs.Profiler`)."""
     all_cores = sorted(os.sched_getaffinity(0))
     report = Report(
         machine={
@@ -460,44 +507,91 @@ def run(
             "max_ahead": spec.max_ahead,
             "prompts": len(prompts),
             "policy": "adaptive" if spec.adaptive else "fixed",
+            "order": "interleaved" if interleave else "sequential",
             "sampling": asdict(sampling),
         },
     )
-    target = ModelConfig(models.main, None, threads=models.threads)
     if any(mode in PEER_MODES for mode in modes):  # fail before measuring anything
         from duo.llamacpp import find_bin
 
         find_bin(llama_cpp_bin, "llama-completion")
         find_bin(llama_cpp_bin, "llama-speculative-simple")
-    for mode in modes:
+    target = ModelConfig(models.main, None, threads=models.threads)
+    profiler = Profiler(models, spec, spec.draft_max + 1, _mean_context(target, prompts, n))
+
+    def open_runner(mode: str) -> Runner:
+        log(f"{mode}: loading")
         if mode == "target-1":
             cfg = SpecConfig(**{**asdict(spec), "mode": "target", "draft_cores": None})
-            result = run_in_process(mode, target, cfg, prompts, n, repeat, log, sampling)
-        elif mode == "target-all":
+            return InProcess(mode, target, cfg, prompts, n, sampling)
+        if mode == "target-all":
             every_core = ModelConfig(models.main, None, threads=len(all_cores))
-            result = run_in_process(
-                mode, every_core, SpecConfig(mode="target"), prompts, n, repeat, log, sampling
-            )
-        elif mode in ("sync", "async"):
+            return InProcess(mode, every_core, SpecConfig(mode="target"), prompts, n, sampling)
+        if mode in ("sync", "async"):
             cfg = SpecConfig(**{**asdict(spec), "mode": mode})
-            result = run_in_process(mode, models, cfg, prompts, n, repeat, log, sampling)
-        elif mode in PEER_MODES:
-            result = run_llama_cpp(mode, models, spec, prompts, n, repeat, log, llama_cpp_bin)
-        else:
-            result = run_lead_back(models, spec, prompts, n, repeat, log, sampling)
-        report.modes.append(result)
+            return InProcess(mode, models, cfg, prompts, n, sampling)
+        if mode in PEER_MODES:
+            return LlamaCpp(mode, models, spec, prompts, n, llama_cpp_bin)
+        return LeadBack(models, spec, prompts, n, sampling)
+
+    turns = [modes] if interleave else [[mode] for mode in modes]
+    results: dict[str, ModeResult] = {}
+    for group in turns:
+        with contextlib.ExitStack() as stack:
+            runners = []
+            for mode in group:
+                runner = open_runner(mode)
+                stack.callback(runner.close)
+                runners.append(runner)
+            results.update(_take_turns(runners, len(prompts), repeat, log, profiler, interleave))
+    log("device costs: last round")
+    profiler.measure()
+    report.profile = profiler.result()
+    report.modes = [results[mode] for mode in modes]
     by_mode = {m.mode: m for m in report.modes}
     for m in report.modes:
         if "target-1" in by_mode:
             m.speedup_vs_target_1 = m.tokens_per_second / by_mode["target-1"].tokens_per_second
         if "sync" in by_mode:
             m.speedup_vs_sync = m.tokens_per_second / by_mode["sync"].tokens_per_second
-    report.profile = profile(models, spec, spec.draft_max + 1)
     if "sync" in by_mode and by_mode["sync"].accepted_at:
         report.ceiling_tokens_per_second = ceiling(
             report.profile["main_ms_by_batch"], by_mode["sync"]
         )
     return report
+
+
+def _take_turns(
+    runners: list[Runner], count: int, repeat: int, log: Any, profiler: Profiler, often: bool
+) -> dict[str, ModeResult]:
+    """Prompt 0..count-1, `repeat` times, each prompt through every runner in turn. A round
+    of device costs is measured first and, when `often`, after every half of the prompts."""
+    runs: dict[str, list[list[Stats]]] = {r.mode: [] for r in runners}
+    ttfts: dict[str, list[float]] = {r.mode: [] for r in runners}
+    log("device costs: measuring a round")
+    profiler.measure()
+    half = max(1, math.ceil(count / 2))
+    for rep in range(repeat):
+        for r in runners:
+            runs[r.mode].append([])
+        for i in range(count):
+            for r in runners:
+                stats, ttft = r.one(i)
+                runs[r.mode][-1].append(stats)
+                ttfts[r.mode].append(ttft)
+                log(
+                    f"{r.mode}: run {rep + 1}/{repeat}, prompt {i + 1}/{count}: "
+                    f"{stats.tokens_per_second:.1f} tok/s"
+                )
+            last = rep == repeat - 1 and i == count - 1
+            if often and (i + 1) % half == 0 and not last:
+                log("device costs: measuring a round")
+                profiler.measure()
+    out = {}
+    for r in runners:
+        out[r.mode] = _summarise(r.mode, runs[r.mode], ttfts[r.mode], r.devices)
+        r.finish(out[r.mode])
+    return out
 
 
 def to_json(report: Report) -> str:

@@ -299,6 +299,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         args.repeat,
         sampling=sampling_params(args),
         llama_cpp_bin=args.llama_cpp_bin,
+        interleave=_interleave(args.order, models),
         log=lambda msg: print(f"\r\x1b[K{msg}", end="", file=sys.stderr, flush=True),
     )
     print(file=sys.stderr)
@@ -310,6 +311,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         plot(report, Path(args.plot))
     return 0
+
+
+def _interleave(order: str, models: ModelConfig) -> bool:
+    """Modes take turns prompt by prompt unless asked otherwise, or unless layers are
+    offloaded: every mode holds its own copy of the models on the device then."""
+    if order == "auto":
+        return not (models.n_gpu_layers or models.n_gpu_layers_draft)
+    return order == "interleaved"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -370,6 +379,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--draft", type=positive, default=8, metavar="K", help="draft tokens per round")
     g.add_argument("--max-ahead", type=positive, default=12, metavar="N", help="drafter run-ahead")
     g.add_argument("--policy", choices=("adaptive", "fixed"), default="adaptive")
+    g.add_argument(
+        "--order",
+        choices=("auto", "interleaved", "sequential"),
+        default="auto",
+        help="interleaved: the modes take turns prompt by prompt, all loaded at once (fair "
+        "on a host whose speed drifts); sequential: one mode after another, one loaded at a "
+        "time; auto: interleaved unless layers are offloaded with -ngl/-ngld",
+    )
     g.add_argument(
         "--devices",
         metavar="MAIN:DRAFT",

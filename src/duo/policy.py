@@ -146,11 +146,12 @@ class Decoder(Protocol):
     def truncate(self, n: int) -> None: ...
 
 
-def calibrate(model: Decoder, max_batch: int, repeats: int = 3) -> CostModel:
-    """Measure the main model's pass time for batch sizes 1..max_batch (about a second)."""
+def calibrate(model: Decoder, max_batch: int, repeats: int = 3, context: int = 8) -> CostModel:
+    """Measure the main model's pass time for batch sizes 1..max_batch (about a second),
+    after `context` tokens (a pass costs more the longer the context: attention)."""
     base = len(model.tokens)
     filler = 100  # any valid token: only the timing matters
-    model.decode([filler] * 8, all_logits=False)  # warm up, with a little context
+    model.decode([filler] * max(1, context), all_logits=False)  # warm up, with context
     start = len(model.tokens)
     seconds: dict[int, float] = {}
     for batch in range(1, max_batch + 1):

@@ -30,6 +30,19 @@ def bench_profile(report: Mapping[str, Any]) -> DeviceProfile:
         if "main_concurrent_slowdown" in prof
         else ("concurrent slowdown not in this report (older bench): 1.0 assumed")
     )
+    lead_cpu = next(
+        (
+            float(m["lead_cpu_ms_per_token"])
+            for m in report.get("modes", [])
+            if m.get("mode") == "lead+back" and m.get("lead_cpu_ms_per_token") is not None
+        ),
+        None,
+    )
+    lead_note = (
+        f"the lead service's CPU outside main passes measured ({lead_cpu:.2f} ms/token)"
+        if lead_cpu is not None
+        else "the lead service's CPU outside main passes not measured (0 assumed)"
+    )
     return DeviceProfile(
         name="this machine",
         main_ms_by_batch=main,
@@ -37,10 +50,11 @@ def bench_profile(report: Mapping[str, Any]) -> DeviceProfile:
         main_concurrent_slowdown=main_slow,
         draft_concurrent_slowdown=draft_slow,
         network_latency_ms=0.3,
+        lead_cpu_ms_per_token=lead_cpu or 0.0,
         note=(
             "measured by duo bench: main ms by batch size and draft ms per token, each alone "
-            f"on its pinned cores; {measured}. Assumed: a catch-up costs one draft token; "
-            "lead+back over loopback adds 0.3 ms per message one way (not measured)."
+            f"on its pinned cores; {measured}; {lead_note}. Assumed: a catch-up costs one "
+            "draft token; lead+back over loopback adds 0.3 ms per message one way (not measured)."
         ),
     )
 

@@ -17,8 +17,10 @@ Modelling assumptions (each one is a simplification of the real engine):
    conditional acceptance. A trace with k tokens per round says nothing beyond k.
 2. Costs are the profile's: a main pass over n tokens costs main_ms(n) (interpolated and
    extrapolated like policy.CostModel); the drafter makes one guess per draft_ms and needs
-   draft_catchup_ms to re-evaluate the committed tokens after a rejection. The lead's own
-   time outside the main pass (sampling, bookkeeping) is taken as zero.
+   draft_catchup_ms to re-evaluate the committed tokens after a rejection. In one process
+   the lead's own time outside the main pass (sampling, bookkeeping) is taken as zero; a
+   lead service (lead+back) also spends lead_cpu_ms_per_token of CPU on the main device
+   per generated token (event loop, drafter messages, API streaming), added to its rounds.
 3. Contention: while the lead and the drafter compute at the same time, the main pass
    runs `main_concurrent_slowdown` times slower and a draft step `draft_concurrent_slowdown`
    times slower (shared caches and memory bandwidth; measured by `duo bench`, 1.0 on
@@ -63,6 +65,7 @@ class DeviceProfile:
     draft_concurrent_slowdown: float = 1.0  # draft step time x this while the main computes
     network_latency_ms: float = 0.0  # one way, lead <-> back (lead+back only)
     network_bytes_per_s: float | None = None  # None: no bandwidth limit
+    lead_cpu_ms_per_token: float = 0.0  # lead service CPU outside main passes (lead+back)
     note: str = ""  # where each number comes from: measured, quoted or assumed
 
     def main_ms(self, batch: int) -> float:
@@ -301,6 +304,8 @@ def simulate_async(
         length = choose.choose(min(drafter.offer(t, position, delay), k))
         accepted = min(runs[position], length)
         t = main_pass_end(t, profile.main_ms(length + 1), drafter, profile)
+        if network:
+            t += profile.lead_cpu_ms_per_token * (accepted + 1)
         result.add_round(length, accepted)
         position += accepted + 1
         drafter.hear(t + delay, position)

@@ -1,11 +1,13 @@
 """duo sim against duo bench on this machine: the projection must match the measurement.
 
-A projection can only be checked against a measurement that is itself reproducible. On a
-shared host (a small cloud VM) the same bench can measure 2x apart from one minute to the
-next, so the bench runs twice: if the two runs disagree with each other by more than
-NOISE percent (measured tok/s or the device profile), the host is too noisy to check a
-TOLERANCE percent projection and the test says so and skips; otherwise both runs must be
-projected within TOLERANCE percent for every mode.
+One `duo bench` run of every duo mode (the modes take turns prompt by prompt, and the
+device costs are measured in rounds spread over the run) is projected by `duo sim` from
+its own sync trace and device profile; every mode must come within TOLERANCE percent.
+
+A projection can only be checked against a host that holds still while it is measured.
+The bench reports how far apart its rounds of device costs were; when a shared host
+drifted by more than NOISE percent during the run, the run is repeated once, and if the
+host drifts again the test says so, with the figures, and skips.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ pytestmark = pytest.mark.integration
 
 # One prompt per category of the bundled suite (chat, code, qa, story).
 PROMPTS = (1, 3, 8, 9)
-MODES = ("target-1", "sync", "async")
+MODES = ("target-1", "sync", "async", "lead+back")
 TOLERANCE = 15.0  # percent: projected vs measured tok/s
-NOISE = 10.0  # percent: two runs of the same bench must agree this well to check anything
+NOISE = 30.0  # percent: the bench's rounds of device costs must agree this well
+ATTEMPTS = 2
 
 
 def run_bench(prompts: Path, out: Path) -> dict[str, Any]:
@@ -58,39 +61,35 @@ def project(report: dict[str, Any]) -> list[Projection]:
     )
 
 
-def figures(report: dict[str, Any]) -> dict[str, float]:
-    """What the two runs must agree on: measured tok/s and the measured device costs."""
-    profile = bench_profile(report)
-    out = {m["mode"]: m["tokens_per_second"] for m in report["modes"]}
-    out["main ms (1)"] = profile.main_ms(1)
-    out[f"main ms ({max(profile.main_ms_by_batch)})"] = profile.main_ms(
-        max(profile.main_ms_by_batch)
-    )
-    out["draft ms"] = profile.draft_ms
-    return out
-
-
 def test_projections_match_the_bench(pair: tuple[Path, Path], tmp_path: Path) -> None:
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 cores: the async drafter needs a core (device) of its own")
     suite = resources.files("duo").joinpath("prompts/suite.jsonl").read_text().splitlines()
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("\n".join(suite[i] for i in PROMPTS) + "\n")
-    reports = [run_bench(prompts, tmp_path / f"bench{i}.json") for i in range(2)]
-    rows = [project(r) for r in reports]
-    tables = "\n\n".join(bench_table(r) for r in rows)
-    print(tables)
-
-    first, second = (figures(r) for r in reports)
-    apart = {k: 100 * abs(first[k] - second[k]) / min(first[k], second[k]) for k in first}
-    noisiest = max(apart, key=lambda k: apart[k])
-    if apart[noisiest] > NOISE:
+    drifts = []
+    for attempt in range(ATTEMPTS):
+        report = run_bench(prompts, tmp_path / f"bench{attempt}.json")
+        drift = max(report["profile"]["drift_percent"].values())
+        drifts.append(f"{drift:.0f}%")
+        if drift <= NOISE:
+            break
+    else:
         pytest.skip(
-            f"this host is too noisy to check a {TOLERANCE:.0f}% projection: two runs of the "
-            f"same bench measured {noisiest} {first[noisiest]:.1f} and {second[noisiest]:.1f} "
-            f"({apart[noisiest]:.0f}% apart)\n{tables}"
+            f"this host is too noisy to check a {TOLERANCE:.0f}% projection: the device costs "
+            f"drifted by {', '.join(drifts)} during {ATTEMPTS} bench runs (more than {NOISE:.0f}%)"
         )
-    for projections in rows:
-        errors = {r.mode: r.error_percent for r in projections if r.error_percent is not None}
-        assert set(errors) == set(MODES)
-        assert all(abs(e) <= TOLERANCE for e in errors.values()), tables
+
+    assert report["settings"]["order"] == "interleaved"
+    assert report["profile"]["rounds"] >= 3
+    by_mode = {m["mode"]: m for m in report["modes"]}
+    assert list(by_mode) == list(MODES)
+    assert by_mode["lead+back"]["wire_bytes_per_token"] > 0
+    assert by_mode["lead+back"]["lead_cpu_ms_per_token"] > 0
+
+    projections = project(report)
+    table = bench_table(projections)
+    print(table)
+    errors = {r.mode: r.error_percent for r in projections if r.error_percent is not None}
+    assert set(errors) == set(MODES)
+    assert all(abs(e) <= TOLERANCE for e in errors.values()), table

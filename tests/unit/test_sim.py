@@ -207,6 +207,15 @@ def test_network_latency_makes_drafts_arrive_later() -> None:
     assert simulate("lead+back", trace(6), far, k=8, max_ahead=12).tokens_per_second < near
 
 
+def test_a_lead_service_adds_its_cpu_per_token_to_its_rounds() -> None:
+    # A useless drafter: one token per 10 ms pass, plus 0.5 ms of the lead's event loop.
+    busy = DeviceProfile("p", {1: 10.0}, draft_ms=5.0, lead_cpu_ms_per_token=0.5)
+    lead_back = simulate("lead+back", trace(0, rounds=50), busy, k=8, max_ahead=1)
+    assert lead_back.ms / lead_back.tokens == pytest.approx(10.5)
+    in_process = simulate("async", trace(0, rounds=50), busy, k=8, max_ahead=1)
+    assert in_process.ms / in_process.tokens == pytest.approx(10.0)
+
+
 def test_the_drafter_guesses_ahead_then_idles() -> None:
     d = Drafter(runs=[5] * 20, step_ms=10.0, catchup_ms=10.0, max_ahead=3)
     d.advance(25.0)
@@ -292,6 +301,14 @@ def test_sim_reads_concurrent_slowdowns_from_the_bench(tmp_path: Path) -> None:
     path = bench_report(tmp_path, main_concurrent_slowdown=1.2, draft_concurrent_slowdown=1.1)
     p = bench_profile(json.loads(path.read_text()))
     assert (p.main_concurrent_slowdown, p.draft_concurrent_slowdown) == (1.2, 1.1)
+    assert p.lead_cpu_ms_per_token == 0.0 and "not measured" in p.note
+
+
+def test_sim_reads_the_lead_services_cpu_from_the_bench(tmp_path: Path) -> None:
+    report = json.loads(bench_report(tmp_path).read_text())
+    report["modes"].append({"mode": "lead+back", "lead_cpu_ms_per_token": 0.4, "trace": []})
+    p = bench_profile(report)
+    assert p.lead_cpu_ms_per_token == 0.4 and "measured (0.40 ms/token)" in p.note
 
 
 @pytest.mark.parametrize(
