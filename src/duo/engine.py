@@ -130,15 +130,17 @@ def generate(
             t0 = time.perf_counter()
             # Room for the draft: the bonus token counts against max_tokens too.
             room = min(draft_max, max_tokens - produced - 1, main.n_ctx - len(committed))
-            draft = drafts.propose(committed, room) if room > 0 else []
-            draft = draft[: policy.choose(len(draft))]
+            offered = drafts.propose(committed, room) if room > 0 else []
+            draft = offered[: policy.choose(len(offered))]
             t1 = time.perf_counter()
             batch = [committed[-1], *draft]
             logits = main.decode(batch + batch[-1:] * (min_batch - len(batch)))
             t2 = time.perf_counter()
             verdict = verify(draft, _sampler_at(sampler, logits, committed, draft))
             main.truncate(len(committed) + verdict.accepted)
-            policy.observe(len(draft), verdict.accepted, t2 - t1)
+            unverified = offered[len(draft) :]
+            next_agreed = unverified[0] == verdict.tokens[-1] if unverified else None
+            policy.observe(len(draft), verdict.accepted, t2 - t1, next_agreed)
             tokens, finish = _finish(main, verdict.tokens)
             start = len(committed)
             committed.extend(tokens)

@@ -28,10 +28,11 @@ Modelling assumptions (each one is a simplification of the real engine):
    main pass is slowed only for the part of it during which the drafter is busy.
 4. The network (lead+back) delays every message, commits to the drafter and drafts to the
    lead, by one-way latency + MESSAGE_BYTES / bandwidth.
-5. The adaptive policy knows the costs and the per-position acceptance up front (the
-   steady state the real one learns); it is policy.AdaptivePolicy itself, so it explores
-   like the lead does (an offered draft verified whole now and then, less often while
-   drafts do not pay).
+5. The adaptive policy knows the costs and the acceptance up front (the steady state the
+   real one learns: per position, apart after whole and after cut drafts); it is
+   policy.AdaptivePolicy itself, so it explores like the lead does (an offered draft
+   verified whole now and then, less often while drafts do not pay) and learns from every
+   round as the lead does, including the free look at a skipped draft's first token.
 6. Several generations are simulated as one long one: prefill, the first rounds of each
    generation and the shorter drafts at the end of each are not modelled.
 """
@@ -45,7 +46,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from duo.errors import UsageError
-from duo.policy import Acceptance, AdaptivePolicy, CostModel, FixedPolicy, Policy
+from duo.policy import (
+    Acceptance,
+    AdaptivePolicy,
+    CostModel,
+    FixedPolicy,
+    Policy,
+    StreakAcceptance,
+)
 
 MESSAGE_BYTES = 64  # one commit or draft message on the wire, framing included (assumed)
 SIM_MODES = ("target-1", "sync", "async", "lead+back")
@@ -135,6 +143,13 @@ class Trace:
     def acceptance(self) -> Acceptance:
         """Chance that draft position i is accepted given the ones before it were."""
         acc = Acceptance()
+        for a in self.lengths:
+            acc.observe(self.k, a)
+        return acc
+
+    def streak_acceptance(self) -> StreakAcceptance:
+        """The acceptance the adaptive policy learns, apart after whole and cut drafts."""
+        acc = StreakAcceptance()
         for a in self.lengths:
             acc.observe(self.k, a)
         return acc
@@ -301,9 +316,13 @@ def simulate_async(
     t, position = 0.0, 0
     while position < len(runs):
         drafter.advance(t)
-        length = choose.choose(min(drafter.offer(t, position, delay), k))
+        offered = min(drafter.offer(t, position, delay), k)
+        length = choose.choose(offered)
         accepted = min(runs[position], length)
+        next_agreed = runs[position] > length if offered > length else None
+        start = t
         t = main_pass_end(t, profile.main_ms(length + 1), drafter, profile)
+        choose.observe(length, accepted, t - start, next_agreed)  # costs in ms here
         if network:
             t += profile.lead_cpu_ms_per_token * (accepted + 1)
         result.add_round(length, accepted)
@@ -331,7 +350,7 @@ def _policy(name: str, trace: Trace, profile: DeviceProfile, explore_every: int)
     if name == "fixed":
         return FixedPolicy()
     costs = CostModel({n: profile.main_ms(n) for n in range(1, trace.k + 2)})
-    return AdaptivePolicy(costs, trace.acceptance(), explore_every=explore_every)
+    return AdaptivePolicy(costs, trace.streak_acceptance(), explore_every=explore_every)
 
 
 def check_k(trace: Trace, k: int) -> None:

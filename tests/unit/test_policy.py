@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from duo.policy import Acceptance, AdaptivePolicy, CostModel, best_length
+from duo.policy import Acceptance, AdaptivePolicy, CostModel, StreakAcceptance, best_length
 
 
 def test_cheap_batches_verify_the_whole_draft() -> None:
@@ -53,3 +53,31 @@ def test_adaptive_policy_explores_less_while_drafts_do_not_pay() -> None:
 def test_adaptive_policy_uses_drafts_that_pay() -> None:
     policy = AdaptivePolicy(CostModel({1: 0.010, 5: 0.011}), Acceptance(prior=0.9))
     assert [policy.choose(4) for _ in range(10)] == [4] * 10
+
+
+def test_streak_acceptance_is_kept_apart_after_whole_and_cut_drafts() -> None:
+    acc = StreakAcceptance(prior=0.5, weight=0.0001)
+    for _ in range(5):  # streaks of three whole drafts, then three wrong at once
+        for accepted in (4, 4, 4, 0, 0, 0):
+            acc.observe(4, accepted)
+    acc.observe(2, 2)
+    assert acc.streak and acc.p(0) > 0.6  # after a whole draft, 2 in 3 were whole
+    acc.observe(3, 1)
+    assert not acc.streak and acc.p(0) < 0.4  # after a cut one, 2 in 3 were wrong at once
+    acc.observe(0, 0)  # nothing verified: nothing learnt, the state stays
+    assert not acc.streak
+
+
+def test_a_skipped_draft_still_teaches_the_policy_its_first_token() -> None:
+    # Batches too dear for drafts that are right half the time: every offer is skipped...
+    policy = AdaptivePolicy(
+        CostModel({1: 0.010, 2: 0.025, 9: 0.026}), StreakAcceptance(prior=0.5), explore_every=10**9
+    )
+    assert policy.choose(8) == 0
+    # ...but the lead sees whether the drafter's first guess equals its own token. Right
+    # again and again: a streak, in which drafts pay.
+    for _ in range(20):
+        policy.observe(0, 0, 0.010, next_agreed=True)
+    assert policy.choose(8) > 0
+    policy.observe(8, 3, 0.026)  # cut: back to the cautious estimates
+    assert policy.choose(8) == 0
