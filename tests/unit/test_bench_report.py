@@ -1,0 +1,31 @@
+"""duo bench's report arithmetic (no models)."""
+
+from __future__ import annotations
+
+import pytest
+
+from duo.bench import ModeResult, ceiling
+
+
+def sync_run(trace: list[tuple[int, int]]) -> ModeResult:
+    return ModeResult("sync", 0.0, [], 0.0, 0.0, 1.0, [], 0.0, trace=trace)
+
+
+def test_without_drafts_the_ceiling_is_the_main_model_alone() -> None:
+    assert ceiling({1: 10.0, 9: 12.0}, sync_run([]), 8) == pytest.approx(100.0)
+
+
+def test_a_drafter_always_right_on_cheap_batches_gives_nearly_k_plus_1_tokens_per_pass() -> None:
+    # 9 tokens per 10 ms pass at most; the first round has no draft yet, and the unseen
+    # bonus positions agree at the measured rate (just under 1), so a little less.
+    assert 800.0 < ceiling({1: 10.0, 9: 10.0}, sync_run([(8, 8)] * 50), 8) <= 900.0
+
+
+def test_streaks_of_agreement_raise_the_ceiling_over_the_per_position_average() -> None:
+    # Half the rounds agree on all 8 tokens, half on none, in long streaks. Batches are dear
+    # (8 tokens cost 4 single passes): on average a draft pays 1 + 4 tokens for 40 ms,
+    # 125 tok/s; verifying only during streaks pays 9 tokens per 40 ms there.
+    trace = ([(8, 8)] * 20 + [(8, 0)] * 20) * 3
+    costs = {1: 10.0, 2: 20.0, 9: 40.0}
+    average = 1000 * (1 + 4) / costs[9]
+    assert ceiling(costs, sync_run(trace), 8) > 1.2 * average
