@@ -275,14 +275,13 @@ class LeadBack(Runner):
         ]  # fmt: skip
         if pin_draft:
             back_cmd += ["--pin", pin_draft]
-        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-        self.procs = [subprocess.Popen(lead_cmd, **quiet)]  # type: ignore[call-overload]
+        self.procs = [_quiet(lead_cmd)]
         try:
             _wait(
                 lambda: httpx.get(f"{url}/health", timeout=2).json()["status"] == "ok",
                 self.procs[0],
             )
-            self.procs.append(subprocess.Popen(back_cmd, **quiet))  # type: ignore[call-overload]
+            self.procs.append(_quiet(back_cmd))
             _wait(
                 lambda: httpx.get(f"{url}/health", timeout=2).json()["drafters"] > 0, self.procs[1]
             )
@@ -296,11 +295,12 @@ class LeadBack(Runner):
             raise
 
     def one(self, i: int) -> tuple[Stats, float]:
-        cpu = _cpu_seconds(self.procs[0].pid)
+        before = _cpu_seconds(self.procs[0].pid)
         stats, ttft = _complete(self.client, self.prompts[i], self.n, self.sampling)
-        main_seconds = stats.prefill_seconds + stats.llama_seconds  # inside the main model
-        if cpu is not None and self.lead_cpu is not None:
-            self.lead_cpu += (_cpu_seconds(self.procs[0].pid) or cpu) - cpu - main_seconds
+        after = _cpu_seconds(self.procs[0].pid)
+        if self.lead_cpu is not None and before is not None and after is not None:
+            in_model = stats.prefill_seconds + stats.llama_seconds
+            self.lead_cpu += after - before - in_model
         else:
             self.lead_cpu = None
         self.tokens += stats.tokens
@@ -422,6 +422,10 @@ def _complete(
         llama_seconds=timings["main_decode_ms"] / 1000,
     )
     return s, ttft
+
+
+def _quiet(cmd: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _cpu_seconds(pid: int) -> float | None:
