@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from duo.bench import ModeResult, ceiling
+from duo.bench import ModeResult, _take_turns, ceiling
+from duo.stats import Stats
 
 
 def sync_run(trace: list[tuple[int, int]]) -> ModeResult:
@@ -29,3 +30,44 @@ def test_streaks_of_agreement_raise_the_ceiling_over_the_per_position_average() 
     costs = {1: 10.0, 2: 20.0, 9: 40.0}
     average = 1000 * (1 + 4) / costs[9]
     assert ceiling(costs, sync_run(trace), 8) > 1.2 * average
+
+
+class Recorder:
+    """A runner or a profiler that only notes when it is called."""
+
+    def __init__(self, mode: str, calls: list[str]) -> None:
+        self.mode, self.calls, self.devices = mode, calls, ""
+
+    def one(self, i: int) -> tuple[Stats, float]:
+        self.calls.append(f"{self.mode}{i}")
+        return Stats(tokens=10, decode_seconds=0.1), 0.01
+
+    def finish(self, result: ModeResult) -> None:
+        self.calls.append(f"{self.mode} done")
+
+    def measure(self) -> None:
+        self.calls.append("costs")
+
+
+def take_turns(modes: str, count: int, repeat: int, often: bool) -> list[str]:
+    calls: list[str] = []
+    runners = [Recorder(m, calls) for m in modes]
+    results = _take_turns(runners, count, repeat, lambda _: None, Recorder("", calls), often)  # type: ignore[arg-type]
+    assert list(results) == list(modes)
+    assert all(r.tokens_per_second == pytest.approx(100.0) for r in results.values())
+    return calls
+
+
+def test_modes_take_turns_prompt_by_prompt_with_device_costs_between() -> None:
+    assert take_turns("ab", count=4, repeat=1, often=True) == [
+        "costs", "a0", "b0", "a1", "b1", "costs", "a2", "b2", "a3", "b3", "a done", "b done",
+    ]  # fmt: skip
+    # The last round of device costs is the caller's, after every mode is done.
+    assert take_turns("ab", count=2, repeat=2, often=True) == [
+        "costs", "a0", "b0", "costs", "a1", "b1", "costs",
+        "a0", "b0", "costs", "a1", "b1", "a done", "b done",
+    ]  # fmt: skip
+
+
+def test_one_mode_alone_measures_device_costs_once_before_it() -> None:
+    assert take_turns("a", count=3, repeat=1, often=False) == ["costs", "a0", "a1", "a2", "a done"]
