@@ -5,9 +5,11 @@ device costs are measured in rounds spread over the run) is projected by `duo si
 its own sync trace and device profile; every mode must come within TOLERANCE percent.
 
 A projection can only be checked against a host that holds still while it is measured.
-The bench reports how far apart its rounds of device costs were; when a shared host
-drifted by more than NOISE percent during the run, the run is repeated once, and if the
-host drifts again the test says so, with the figures, and skips.
+The bench reports how far apart its rounds of device costs were. The profile is their
+median, so one disturbed round does not move it; but when a shared host drifted by more
+than NOISE percent during the run (a round ran at two-thirds of the speed of another),
+the run is repeated once, and if the host drifts again the test says so, with the
+figures, and skips.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ pytestmark = pytest.mark.integration
 PROMPTS = (1, 3, 8, 9)
 MODES = ("target-1", "sync", "async", "lead+back")
 TOLERANCE = 15.0  # percent: projected vs measured tok/s
-NOISE = 30.0  # percent: the bench's rounds of device costs must agree this well
+NOISE = 50.0  # percent: the bench's rounds of device costs must agree this well
 ATTEMPTS = 2
 
 
@@ -39,7 +41,7 @@ def run_bench(prompts: Path, out: Path) -> dict[str, Any]:
     subprocess.run(
         [
             sys.executable, "-m", "duo", "bench", "--prompts", str(prompts), "-n", "64",
-            "--repeat", "1", "--modes", *MODES, "--json", str(out),
+            "--repeat", "2", "--modes", *MODES, "--json", str(out),
         ],
         check=True,
         timeout=600,
