@@ -24,7 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -266,12 +266,14 @@ class LeadBack(Runner):
             sys.executable, "-m", "duo", "lead", "-m", str(models.main), "--port", str(port),
             "--quiet", "--draft", str(spec.draft_max), "-t", str(models.threads),
             "--policy", "adaptive" if spec.adaptive else "fixed",
+            "-ngl", str(models.n_gpu_layers), "-c", str(models.n_ctx),
         ]  # fmt: skip
         if pin_main:
             lead_cmd += ["--pin", f"{pin_main}:"]
         back_cmd = [
             sys.executable, "-m", "duo", "back", "-m", str(models.draft), "--lead", url,
             "-t", str(models.draft_threads), "--max-ahead", str(spec.max_ahead),
+            "-ngl", str(models.n_gpu_layers_draft), "-c", str(models.n_ctx),
         ]  # fmt: skip
         if pin_draft:
             back_cmd += ["--pin", pin_draft]
@@ -530,7 +532,7 @@ def run(
 
         find_bin(llama_cpp_bin, "llama-completion")
         find_bin(llama_cpp_bin, "llama-speculative-simple")
-    target = ModelConfig(models.main, None, threads=models.threads)
+    target = replace(models, draft=None)
     profiler = Profiler(models, spec, spec.draft_max + 1, _mean_context(target, prompts, n))
 
     def open_runner(mode: str) -> Runner:
@@ -539,7 +541,7 @@ def run(
             cfg = SpecConfig(**{**asdict(spec), "mode": "target", "draft_cores": None})
             return InProcess(mode, target, cfg, prompts, n, sampling)
         if mode == "target-all":
-            every_core = ModelConfig(models.main, None, threads=len(all_cores))
+            every_core = replace(target, threads=len(all_cores))
             return InProcess(mode, every_core, SpecConfig(mode="target"), prompts, n, sampling)
         if mode in ("sync", "async"):
             cfg = SpecConfig(**{**asdict(spec), "mode": mode})

@@ -16,6 +16,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from duo.backend import Model
@@ -42,12 +43,18 @@ class Profiler:
         for the round only, so the profile never holds a second copy during a mode."""
         target = SpecConfig(mode="target")
         models = self.models
-        main = Session(ModelConfig(models.main, None, threads=models.threads), target)
+        main = Session(replace(models, draft=None), target)
         draft = None
         try:
             jobs = [("main", main, self.spec.main_cores, self.max_batch)]
             if models.draft is not None:
-                cfg = ModelConfig(models.draft, None, threads=models.draft_threads)
+                cfg = ModelConfig(
+                    models.draft,
+                    None,
+                    threads=models.draft_threads,
+                    n_gpu_layers=models.n_gpu_layers_draft,
+                    n_ctx=models.n_ctx,
+                )
                 draft = Session(cfg, target)
                 jobs.append(("draft", draft, self.spec.draft_cores, 1))
             samples: dict[str, list[dict[int, float]]] = {name: [] for name, *_ in jobs}
