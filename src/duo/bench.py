@@ -356,13 +356,15 @@ class LlamaCpp(Runner):
         m, spec = self.models, self.spec
         if self.mode == "llama.cpp":
             r = llamacpp.target(
-                self.bin_dir, m.main, self.texts[i], self.n, m.threads, spec.main_cores
-            )
+                self.bin_dir, m.main, self.texts[i], self.n, m.threads, spec.main_cores,
+                m.n_gpu_layers,
+            )  # fmt: skip
         else:
             assert m.draft is not None
             r = llamacpp.speculative(
                 self.bin_dir, m.main, m.draft, self.texts[i], self.n, spec.draft_max,
-                m.threads, m.draft_threads, spec.main_cores,
+                m.threads, m.draft_threads, spec.main_cores, m.n_gpu_layers,
+                m.n_gpu_layers_draft,
             )  # fmt: skip
         # Each round emits its accepted draft tokens plus one: rounds = tokens - accepted.
         stats = Stats(

@@ -49,32 +49,30 @@ def _run(argv: list[str], cores: frozenset[int] | None) -> str:
     return result.stdout + result.stderr
 
 
-def _greedy(main: Path, prompt: str, n: int, threads: int) -> list[str]:
-    """The flags both tools share: model, prompt, length, threads, greedy, context."""
+def _greedy(main: Path, prompt: str, n: int, threads: int, gpu_layers: int) -> list[str]:
+    """The flags both tools share: model, prompt, length, threads, offloaded layers (llama.cpp
+    offloads every layer by default where it has a GPU; duo offloads none unless told),
+    greedy, context."""
     return [
-        "-m",
-        str(main),
-        "-p",
-        prompt,
-        "-n",
-        str(n),
-        "-t",
-        str(threads),
-        "--temp",
-        "0",
-        "-c",
-        "4096",
+        *("-m", str(main), "-p", prompt, "-n", str(n), "-t", str(threads)),
+        *("-ngl", str(gpu_layers), "--temp", "0", "-c", "4096"),
     ]
 
 
 def target(
-    bin_dir: str | None, main: Path, prompt: str, n: int, threads: int, cores: frozenset[int] | None
+    bin_dir: str | None,
+    main: Path,
+    prompt: str,
+    n: int,
+    threads: int,
+    cores: frozenset[int] | None,
+    gpu_layers: int = 0,
 ) -> dict[str, Any]:
     """Decode speed of the main model alone, from llama-completion's own timings."""
     out = _run(
         [
             str(find_bin(bin_dir, "llama-completion")),
-            *_greedy(main, prompt, n, threads),
+            *_greedy(main, prompt, n, threads, gpu_layers),
             *("-no-cnv", "--no-warmup", "--ignore-eos"),
         ],
         cores,
@@ -96,13 +94,15 @@ def speculative(
     threads: int,
     draft_threads: int,
     cores: frozenset[int] | None,
+    gpu_layers: int = 0,
+    draft_gpu_layers: int = 0,
 ) -> dict[str, Any]:
     """llama.cpp's synchronous speculative decoding on the main device."""
     out = _run(
         [
             str(find_bin(bin_dir, "llama-speculative-simple")),
-            *_greedy(main, prompt, n, threads),
-            *("-md", str(draft), "-td", str(draft_threads)),
+            *_greedy(main, prompt, n, threads, gpu_layers),
+            *("-md", str(draft), "-td", str(draft_threads), "-ngld", str(draft_gpu_layers)),
             *("--spec-type", "draft-simple", "--spec-draft-n-max", str(k)),
         ],
         cores,
