@@ -99,6 +99,7 @@ class DraftWorker:
         self._version = 0
         self._published_version = -1
         self._stopped = False
+        self._resting = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> DraftWorker:
@@ -133,6 +134,15 @@ class DraftWorker:
             self._committed = None
             self._version += 1
 
+    def rest(self, resting: bool) -> None:
+        """While resting the worker does not decode; it still hears every commit and
+        catches up with them in one batch when it drafts again."""
+        if resting == self._resting:
+            return
+        with self._cv:
+            self._resting = resting
+            self._cv.notify()
+
     # -- the worker thread -----------------------------------------------------------
 
     def _run(self) -> None:
@@ -143,7 +153,7 @@ class DraftWorker:
         while True:
             with self._cv:
                 while not self._stopped and (
-                    self._committed is None or (idle and self._version == seen)
+                    self._committed is None or self._resting or (idle and self._version == seen)
                 ):
                     self._cv.wait()
                 if self._stopped:

@@ -38,6 +38,9 @@ class DraftSource(Protocol):
     def end(self) -> None:
         """The generation is over."""
 
+    def rest(self, resting: bool) -> None:
+        """Stop drafting (but keep hearing commits) while resting; catch up after."""
+
 
 class NoDrafts:
     """The main model alone: every round decodes one token."""
@@ -52,6 +55,9 @@ class NoDrafts:
         pass
 
     def end(self) -> None:
+        pass
+
+    def rest(self, resting: bool) -> None:
         pass
 
 
@@ -130,6 +136,7 @@ def generate(
             t0 = time.perf_counter()
             # Room for the draft: the bonus token counts against max_tokens too.
             room = min(draft_max, max_tokens - produced - 1, main.n_ctx - len(committed))
+            drafts.rest(not policy.wants_drafts)
             offered = drafts.propose(committed, room) if room > 0 else []
             draft = offered[: policy.choose(len(offered))]
             t1 = time.perf_counter()

@@ -106,6 +106,9 @@ class Hub:
             self._committed = None
             self._send_all(p.encode(p.End(self._session), self.width))
 
+    def rest(self, resting: bool) -> None:
+        """Backs keep drafting: on a device of their own they cost the lead nothing."""
+
     def _send_all(self, frame: bytes) -> None:
         if self._loop is not None and self._peers:
             self._loop.call_soon_threadsafe(self._enqueue_all, frame)

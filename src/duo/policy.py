@@ -116,6 +116,12 @@ def best_length(available: int, cost: Callable[[int], float], p: Callable[[int],
 class Policy(Protocol):
     def choose(self, available: int) -> int: ...
 
+    @property
+    def wants_drafts(self) -> bool:
+        """False while the drafter should rest: its drafts have not been worth verifying
+        for a while, and on a shared machine drafting slows the main model down."""
+        ...
+
     def observe(
         self, drafted: int, accepted: int, seconds: float, next_agreed: bool | None = None
     ) -> None:
@@ -127,6 +133,8 @@ class Policy(Protocol):
 
 class FixedPolicy:
     """Verify every draft token offered (classic speculative decoding)."""
+
+    wants_drafts = True
 
     def choose(self, available: int) -> int:
         return available
@@ -145,6 +153,13 @@ class AdaptivePolicy:
     while the policy keeps finding drafts not worth verifying it explores half as often
     each time (every `explore_every`-th offer at first, every `explore_max`-th at most),
     and goes back to `explore_every` as soon as drafts pay again.
+
+    A drafter whose drafts are skipped still costs the main model speed when the two share
+    a machine (caches, memory bandwidth). After `rest_after` rounds in a row without a draft
+    worth verifying (none ready, or none that pays), the policy asks the drafter to rest
+    for a number of rounds (`rest_rounds` at first, twice as many each time it wakes up to
+    drafts that still do not pay, up to `rest_max`), then to draft again and be judged
+    anew.
     """
 
     def __init__(
@@ -153,6 +168,9 @@ class AdaptivePolicy:
         acceptance: AcceptanceModel | None = None,
         explore_every: int = 8,
         explore_max: int = 64,
+        rest_after: int = 16,
+        rest_rounds: int = 32,
+        rest_max: int = 256,
     ):
         self.costs = costs
         self.acceptance = acceptance or StreakAcceptance()
@@ -160,14 +178,27 @@ class AdaptivePolicy:
         self.explore_max = max(explore_max, explore_every)
         self._interval = explore_every
         self._until_explore = explore_every
-        self._exploring = False
+        self.rest_after = rest_after
+        self.rest_rounds = rest_rounds
+        self.rest_max = max(rest_max, rest_rounds)
+        self._declined = 0  # offers in a row not worth verifying
+        self._rest = rest_rounds  # the next rest's length
+        self._resting = 0  # rounds of the current rest still to go
+
+    @property
+    def wants_drafts(self) -> bool:
+        return self._resting == 0
 
     def choose(self, available: int) -> int:
         if available == 0:
+            self._not_worth_it()
             return 0
         best = best_length(available, self.costs.cost, self.acceptance.p)
         if best > 0:
             self._interval = self.explore_every  # drafts pay: keep the estimates fresh
+            self._declined, self._rest = 0, self.rest_rounds
+        else:
+            self._not_worth_it()
         self._until_explore -= 1
         if self._until_explore <= 0:
             if best == 0:  # still not worth it: look again later than last time
@@ -176,10 +207,21 @@ class AdaptivePolicy:
             return available
         return best
 
+    def _not_worth_it(self) -> None:
+        """A round with no draft worth verifying (none ready, or none that pays)."""
+        if self._resting:
+            return
+        self._declined += 1
+        if self._declined >= self.rest_after:
+            self._declined, self._resting = 0, self._rest
+            self._rest = min(2 * self._rest, self.rest_max)
+
     def observe(
         self, drafted: int, accepted: int, seconds: float, next_agreed: bool | None = None
     ) -> None:
         self.costs.observe(drafted + 1, seconds)
+        if self._resting:
+            self._resting -= 1
         if next_agreed is not None and accepted == drafted:
             drafted, accepted = drafted + 1, accepted + next_agreed
         if drafted:

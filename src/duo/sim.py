@@ -32,7 +32,9 @@ Modelling assumptions (each one is a simplification of the real engine):
    real one learns: per position, apart after whole and after cut drafts); it is
    policy.AdaptivePolicy itself, so it explores like the lead does (an offered draft
    verified whole now and then, less often while drafts do not pay) and learns from every
-   round as the lead does, including the free look at a skipped draft's first token.
+   round as the lead does, including the free look at a skipped draft's first token; when
+   it asks an in-process drafter to rest, the simulated one rests too (a back never does),
+   and catches up in one step when it wakes.
 6. Several generations are simulated as one long one: prefill, the first rounds of each
    generation and the shorter drafts at the end of each are not modelled.
 """
@@ -243,10 +245,18 @@ class Drafter:
         self.free_at = 0.0  # end of the current step, or when it next wakes up (inf: never)
         self.busy = False
         self.heard: list[tuple[float, int]] = [(0.0, 0)]  # (when it hears, committed count)
+        self.resting = False
+
+    def rest(self, t: float, resting: bool) -> None:
+        """The lead asks it to rest (it stops after its current step) or to draft again
+        (it wakes at t and catches up with what was committed meanwhile)."""
+        if self.resting and not resting and not self.busy:
+            self.free_at = t
+        self.resting = resting
 
     def hear(self, at: float, committed: int) -> None:
         self.heard.append((at, committed))
-        if not self.busy and self.free_at == math.inf:
+        if not self.busy and self.free_at == math.inf and not self.resting:
             self.free_at = at
 
     def committed_at(self, t: float) -> int:
@@ -264,7 +274,9 @@ class Drafter:
 
     def _step(self, start: float) -> None:
         committed = self.committed_at(start)
-        if not self.lined_up(committed):
+        if self.resting:
+            self.busy, self.free_at = False, math.inf
+        elif not self.lined_up(committed):
             self.base, self.busy = committed, True
             self.free_at = start + self.catchup_ms
             self.ready = [self.free_at]
@@ -315,6 +327,7 @@ def simulate_async(
     result = SimResult("lead+back" if network else "async")
     t, position = 0.0, 0
     while position < len(runs):
+        drafter.rest(t, not network and not choose.wants_drafts)  # backs never rest
         drafter.advance(t)
         offered = min(drafter.offer(t, position, delay), k)
         length = choose.choose(offered)

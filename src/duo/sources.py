@@ -29,6 +29,9 @@ class SyncDrafts:
     def commit(self, start: int, tokens: Sequence[int]) -> None:
         pass
 
+    def rest(self, resting: bool) -> None:
+        pass  # drafts only when asked
+
     def end(self) -> None:
         pass
 
@@ -58,6 +61,9 @@ class ThreadDrafts:
     def end(self) -> None:
         self.worker.end()
 
+    def rest(self, resting: bool) -> None:
+        self.worker.rest(resting)
+
     def close(self) -> None:
         self.worker.stop()
 
@@ -82,3 +88,7 @@ class Longest:
     def end(self) -> None:
         for s in self.sources:
             s.end()
+
+    def rest(self, resting: bool) -> None:
+        for s in self.sources:
+            s.rest(resting)

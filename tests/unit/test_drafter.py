@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import cast
 
 from duo.backend import Model
@@ -51,5 +52,42 @@ def test_worker_drafts_ahead_up_to_max_ahead_and_publishes() -> None:
         assert done.wait(5)
         assert drafts[-1] == Draft(2, tuple(reference(table, [1, 2], 5)))
         assert all(len(d.tokens) <= 5 for d in drafts)
+    finally:
+        worker.stop()
+
+
+def test_a_resting_worker_hears_commits_without_decoding_then_catches_up_in_one_batch() -> None:
+    table = table_model(22)
+    model = FakeModel(table)
+    drafts: list[Draft] = []
+    published = threading.Condition()
+
+    def publish(d: Draft) -> None:
+        with published:
+            drafts.append(d)
+            published.notify_all()
+
+    def wait_for(n_committed: int, length: int) -> None:
+        with published:
+            assert published.wait_for(
+                lambda: any(d.start == n_committed and len(d.tokens) >= length for d in drafts),
+                timeout=5,
+            )
+
+    worker = DraftWorker(Mirror(cast(Model, model)), publish, max_ahead=3).start()
+    try:
+        worker.begin([1, 2])
+        wait_for(2, 3)
+        worker.rest(True)
+        time.sleep(0.1)  # a step under way ends; then nothing more
+        calls = len(model.decode_calls)
+        committed = [1, 2, *[(t + 1) % 16 or 1 for t in reference(table, [1, 2], 10)]]
+        worker.commit(2, committed[2:])
+        time.sleep(0.2)
+        assert len(model.decode_calls) == calls  # heard, not evaluated
+        worker.rest(False)
+        wait_for(len(committed), 3)
+        assert model.decode_calls[calls] >= 9  # the missed commits, in one batch
+        assert drafts[-1].tokens == tuple(reference(table, committed, 3))
     finally:
         worker.stop()

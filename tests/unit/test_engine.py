@@ -87,6 +87,9 @@ class GarbageDrafts:
     def end(self) -> None:
         pass
 
+    def rest(self, resting: bool) -> None:
+        pass
+
 
 def test_garbage_drafts_change_nothing() -> None:
     table = table_model(7)

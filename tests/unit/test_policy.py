@@ -81,3 +81,39 @@ def test_a_skipped_draft_still_teaches_the_policy_its_first_token() -> None:
     assert policy.choose(8) > 0
     policy.observe(8, 3, 0.026)  # cut: back to the cautious estimates
     assert policy.choose(8) == 0
+
+
+def test_a_drafter_whose_drafts_never_pay_rests_longer_each_time() -> None:
+    policy = AdaptivePolicy(
+        CostModel({1: 0.01, 2: 0.05}),
+        Acceptance(prior=0.1),
+        explore_every=10**9,
+        rest_after=4,
+        rest_rounds=3,
+        rest_max=6,
+    )
+
+    def rounds_resting() -> int:
+        n = 0
+        while not policy.wants_drafts:
+            policy.observe(0, 0, 0.01)
+            n += 1
+        return n
+
+    for _ in range(3):
+        assert policy.choose(5) == 0 and policy.wants_drafts
+    assert policy.choose(5) == 0 and not policy.wants_drafts  # the 4th skip in a row
+    assert rounds_resting() == 3
+    for _ in range(4):
+        policy.choose(5)
+    assert rounds_resting() == 6  # twice as long
+    for _ in range(4):
+        policy.choose(5)
+    assert rounds_resting() == 6  # capped
+
+
+def test_a_drafter_whose_drafts_pay_never_rests() -> None:
+    policy = AdaptivePolicy(CostModel({1: 0.010, 9: 0.011}), Acceptance(prior=0.9), rest_after=2)
+    for _ in range(50):
+        assert policy.choose(8) > 0 and policy.wants_drafts
+        policy.observe(8, 8, 0.011)

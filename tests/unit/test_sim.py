@@ -190,11 +190,16 @@ def test_contention_slows_the_main_pass_only_while_the_drafter_computes() -> Non
     base = DeviceProfile("p", {1: 10.0}, draft_ms=5.0, main_concurrent_slowdown=2.0)
     # A useless drafter that guesses one token ahead: after each commit it catches up
     # (5 ms) and idles. Each pass: 5 ms at half speed (2.5 ms of work) + 7.5 ms = 12.5 ms.
-    result = simulate_async(trace(0, rounds=50), base, 8, max_ahead=1)
+    # (The fixed policy never asks a drafter to rest.)
+    result = simulate_async(trace(0, rounds=50), base, 8, max_ahead=1, policy="fixed")
     assert result.ms / result.tokens == pytest.approx(12.5)
     # Drafting far ahead keeps it busy all the time: every pass takes twice as long.
-    busy = simulate_async(trace(0, rounds=50), base, 8, max_ahead=12)
+    busy = simulate_async(trace(0, rounds=50), base, 8, max_ahead=12, policy="fixed")
     assert busy.ms / busy.tokens == pytest.approx(20.0)
+    # The adaptive policy sees that no draft is ever ready and rests it: 10 ms passes,
+    # but for the rounds it takes to notice and the catch-ups after each rest.
+    rested = simulate_async(trace(0, rounds=400), base, 8, max_ahead=12)
+    assert 10.0 < rested.ms / rested.tokens < 12.5
 
 
 def test_network_latency_makes_drafts_arrive_later() -> None:
