@@ -181,7 +181,7 @@ class AdaptivePolicy:
         self.rest_after = rest_after
         self.rest_rounds = rest_rounds
         self.rest_max = max(rest_max, rest_rounds)
-        self._declined = 0  # offers in a row not worth verifying
+        self._declined = 0  # rounds in a row without a draft worth verifying
         self._rest = rest_rounds  # the next rest's length
         self._resting = 0  # rounds of the current rest still to go
 
