@@ -56,7 +56,7 @@ class Profiler:
                     n_ctx=models.n_ctx,
                 )
                 draft = Session(cfg, target)
-                jobs.append(("draft", draft, self.spec.draft_cores, 1))
+                jobs.append(("draft", draft, self.spec.draft_cores, self.max_batch))
             samples: dict[str, list[dict[int, float]]] = {name: [] for name, *_ in jobs}
             for _ in range(ALTERNATIONS):
                 for name, session, cores, batches in jobs:

@@ -20,7 +20,8 @@ def bench_profile(report: Mapping[str, Any]) -> DeviceProfile:
     try:
         prof = report["profile"]
         main = {int(b): float(ms) for b, ms in prof["main_ms_by_batch"].items()}
-        draft = float(prof["draft_ms_by_batch"]["1"])
+        draft_by_batch = {int(b): float(ms) for b, ms in prof["draft_ms_by_batch"].items()}
+        draft = draft_by_batch[1]
     except (KeyError, TypeError, ValueError, AttributeError):
         raise UsageError("the bench report has no device profile (main and draft ms)") from None
     main_slow = float(prof.get("main_concurrent_slowdown", 1.0))
@@ -47,13 +48,14 @@ def bench_profile(report: Mapping[str, Any]) -> DeviceProfile:
         name="this machine",
         main_ms_by_batch=main,
         draft_ms=draft,
+        draft_ms_by_batch=draft_by_batch if len(draft_by_batch) > 1 else None,
         main_concurrent_slowdown=main_slow,
         draft_concurrent_slowdown=draft_slow,
         network_latency_ms=0.3,
         lead_cpu_ms_per_token=lead_cpu or 0.0,
         note=(
-            "measured by duo bench: main ms by batch size and draft ms per token, each alone "
-            f"on its pinned cores; {measured}; {lead_note}. Assumed: a catch-up costs one "
+            "measured by duo bench: main and draft ms by batch size, each alone on its pinned "
+            f"cores; {measured}; {lead_note}. Assumed: a catch-up after a rejection costs one "
             "draft token; lead+back over loopback adds 0.3 ms per message one way (not measured)."
         ),
     )

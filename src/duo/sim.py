@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -71,6 +71,9 @@ class DeviceProfile:
     main_ms_by_batch: Mapping[int, float]  # main pass time by batch size (at least 1)
     draft_ms: float  # one draft token on the drafter's device
     draft_catchup_ms: float | None = None  # re-evaluate after a rejection (None: draft_ms)
+    # the draft model's pass time by batch size: a drafter waking from a rest evaluates
+    # the commits it missed in one batch (None: that costs draft_catchup_ms too)
+    draft_ms_by_batch: Mapping[int, float] | None = None
     main_concurrent_slowdown: float = 1.0  # main pass time x this while the drafter computes
     draft_concurrent_slowdown: float = 1.0  # draft step time x this while the main computes
     network_latency_ms: float = 0.0  # one way, lead <-> back (lead+back only)
@@ -85,6 +88,12 @@ class DeviceProfile:
     def catchup_ms(self) -> float:
         return self.draft_ms if self.draft_catchup_ms is None else self.draft_catchup_ms
 
+    def catchup_batch_ms(self, tokens: int) -> float:
+        """Re-evaluating `tokens` committed tokens at once (at least one catch-up)."""
+        if self.draft_ms_by_batch is None or tokens <= 1:
+            return self.catchup_ms
+        return max(self.catchup_ms, CostModel(dict(self.draft_ms_by_batch)).cost(tokens))
+
     def message_ms(self) -> float:
         transfer = 0.0
         if self.network_bytes_per_s:
@@ -93,14 +102,26 @@ class DeviceProfile:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["main_ms_by_batch"] = {str(b): ms for b, ms in sorted(self.main_ms_by_batch.items())}
+        for key in ("main_ms_by_batch", "draft_ms_by_batch"):
+            costs = getattr(self, key)
+            d[key] = None if costs is None else {str(b): ms for b, ms in sorted(costs.items())}
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], source: str = "profile") -> DeviceProfile:
         try:
             main = {int(b): float(ms) for b, ms in d["main_ms_by_batch"].items()}
-            profile = cls(**{**d, "main_ms_by_batch": main, "name": str(d.get("name", source))})
+            draft = d.get("draft_ms_by_batch")
+            if draft is not None:
+                draft = {int(b): float(ms) for b, ms in draft.items()}
+            profile = cls(
+                **{
+                    **d,
+                    "main_ms_by_batch": main,
+                    "draft_ms_by_batch": draft,
+                    "name": str(d.get("name", source)),
+                }
+            )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise UsageError(f"{source}: not a device profile ({e})") from None
         if 1 not in main or profile.draft_ms <= 0:
@@ -235,10 +256,17 @@ class Drafter:
     up to max_ahead past the commits; else it idles until it hears of the next commit.
     """
 
-    def __init__(self, runs: list[int], step_ms: float, catchup_ms: float, max_ahead: int):
+    def __init__(
+        self,
+        runs: list[int],
+        step_ms: float,
+        catchup_ms: float | Callable[[int], float],
+        max_ahead: int,
+    ):
         self.runs = runs
         self.step_ms = step_ms
-        self.catchup_ms = catchup_ms
+        # the time to evaluate n committed tokens it does not hold (a number: any n)
+        self.catchup = catchup_ms if callable(catchup_ms) else (lambda _n, c=catchup_ms: c)
         self.max_ahead = max_ahead
         self.base = 0
         self.ready: list[float] = []
@@ -277,8 +305,9 @@ class Drafter:
         if self.resting:
             self.busy, self.free_at = False, math.inf
         elif not self.lined_up(committed):
+            held = self.base + (min(len(self.ready), self._run(self.base)) if self.ready else 0)
             self.base, self.busy = committed, True
-            self.free_at = start + self.catchup_ms
+            self.free_at = start + self.catchup(max(1, committed - held))
             self.ready = [self.free_at]
         elif self.base + len(self.ready) - committed < self.max_ahead:
             self.busy, self.free_at = True, start + self.step_ms
@@ -317,11 +346,9 @@ def simulate_async(
     check_k(trace, k)
     runs = trace.runs()
     delay = profile.message_ms() if network else 0.0
+    slow = profile.draft_concurrent_slowdown
     drafter = Drafter(
-        runs,
-        profile.draft_ms * profile.draft_concurrent_slowdown,
-        profile.catchup_ms * profile.draft_concurrent_slowdown,
-        max_ahead,
+        runs, profile.draft_ms * slow, lambda n: profile.catchup_batch_ms(n) * slow, max_ahead
     )
     choose = _policy(policy, trace, profile, explore_every)
     result = SimResult("lead+back" if network else "async")

@@ -338,3 +338,25 @@ def test_sim_needs_a_sync_trace(tmp_path: Path, capsys: pytest.CaptureFixture[st
     path.write_text(json.dumps({"settings": {}, "modes": [], "profile": {}}))
     assert main(["sim", "--bench", str(path)]) == 2
     assert "no sync trace" in capsys.readouterr().err
+
+
+def test_a_drafter_waking_from_a_rest_catches_up_in_one_batch() -> None:
+    # 40 commits missed while resting: with a batch curve, one pass over 40 tokens
+    # (2 ms + 0.5 ms a token); without one, a single catch-up step.
+    batched = DeviceProfile("p", {1: 10.0}, draft_ms=5.0, draft_ms_by_batch={1: 5.0, 9: 9.0})
+    assert batched.catchup_batch_ms(1) == 5.0
+    assert batched.catchup_batch_ms(40) == pytest.approx(40.0)  # extrapolated: 9 ms / 9
+    assert DeviceProfile("p", {1: 10.0}, draft_ms=5.0).catchup_batch_ms(40) == 5.0
+    d = Drafter(runs=[0] * 100, step_ms=5.0, catchup_ms=batched.catchup_batch_ms, max_ahead=3)
+    d.rest(0.0, True)
+    d.advance(1.0)
+    for committed in range(1, 41):
+        d.hear(10.0 * committed, committed)
+    d.rest(400.0, False)
+    d.advance(400.0)
+    assert d.base == 40 and d.ready == [440.0]
+
+
+def test_a_profile_with_a_draft_batch_curve_round_trips() -> None:
+    p = DeviceProfile("p", {1: 10.0, 9: 20.0}, draft_ms=5.0, draft_ms_by_batch={1: 5.0, 9: 9.0})
+    assert DeviceProfile.from_dict(json.loads(json.dumps(p.to_dict()))) == p
