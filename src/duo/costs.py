@@ -1,7 +1,8 @@
 """Device costs for `duo bench` and `duo sim`: how long each model takes on its cores.
 
-The main model's pass time by batch size on the main cores, the draft model's time per
-token on the draft cores (each measured alone), and how much slower each runs while the
+The main model's pass time by batch size on the main cores (logits for every position, as
+in a verification), the draft model's by batch size on the draft cores (logits for the last
+position, as in a catch-up), each measured alone, and how much slower each runs while the
 other decodes at the same time on its own cores.
 
 A shared host drifts by tens of percent over a minute, so the bench does not measure these
@@ -46,7 +47,8 @@ class Profiler:
         main = Session(replace(models, draft=None), target)
         draft = None
         try:
-            jobs = [("main", main, self.spec.main_cores, self.max_batch)]
+            # (name, session, cores, batches, logits for every position)
+            jobs = [("main", main, self.spec.main_cores, self.max_batch, True)]
             if models.draft is not None:
                 cfg = ModelConfig(
                     models.draft,
@@ -56,12 +58,12 @@ class Profiler:
                     n_ctx=models.n_ctx,
                 )
                 draft = Session(cfg, target)
-                jobs.append(("draft", draft, self.spec.draft_cores, self.max_batch))
+                jobs.append(("draft", draft, self.spec.draft_cores, self.max_batch, False))
             samples: dict[str, list[dict[int, float]]] = {name: [] for name, *_ in jobs}
             for _ in range(ALTERNATIONS):
-                for name, session, cores, batches in jobs:
+                for name, session, cores, batches, every in jobs:
                     with pinned(cores):
-                        costs = calibrate(session.main, batches, 3, self.context)
+                        costs = calibrate(session.main, batches, 3, self.context, every)
                     samples[name].append(costs.seconds)
             out: dict[str, Any] = {
                 f"{name}_ms_by_batch": {

@@ -236,9 +236,12 @@ class Decoder(Protocol):
     def truncate(self, n: int) -> None: ...
 
 
-def calibrate(model: Decoder, max_batch: int, repeats: int = 3, context: int = 8) -> CostModel:
-    """Measure the main model's pass time for batch sizes 1..max_batch (about a second),
-    after `context` tokens (a pass costs more the longer the context: attention)."""
+def calibrate(
+    model: Decoder, max_batch: int, repeats: int = 3, context: int = 8, all_logits: bool = True
+) -> CostModel:
+    """Measure the model's pass time for batch sizes 1..max_batch (about a second), after
+    `context` tokens (a pass costs more the longer the context: attention), with logits for
+    every position (a verification) or for the last only (a drafter catching up)."""
     base = len(model.tokens)
     filler = 100  # any valid token: only the timing matters
     model.decode([filler] * max(1, context), all_logits=False)  # warm up, with context
@@ -248,7 +251,7 @@ def calibrate(model: Decoder, max_batch: int, repeats: int = 3, context: int = 8
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            model.decode([filler] * batch)
+            model.decode([filler] * batch, all_logits=all_logits)
             times.append(time.perf_counter() - t0)
             model.truncate(start)
         seconds[batch] = sorted(times)[len(times) // 2]
