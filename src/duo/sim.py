@@ -34,7 +34,7 @@ Modelling assumptions (each one is a simplification of the real engine):
    verified whole now and then, less often while drafts do not pay) and learns from every
    round as the lead does, including the free look at a skipped draft's first token; when
    it asks an in-process drafter to rest, the simulated one rests too (a back never does),
-   and catches up in one step when it wakes.
+   and when it wakes it evaluates the commits it missed in one batch (draft_ms_by_batch).
 6. Several generations are simulated as one long one: prefill, the first rounds of each
    generation and the shorter drafts at the end of each are not modelled.
 """
