@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from duo.bench import ModeResult, _take_turns, ceiling
@@ -42,8 +44,9 @@ class Recorder:
         self.calls.append(f"{self.mode}{i}")
         return Stats(tokens=10, decode_seconds=0.1), 0.01
 
-    def finish(self, result: ModeResult) -> None:
+    def extras(self) -> dict[str, Any]:
         self.calls.append(f"{self.mode} done")
+        return {"wire_bytes_per_token": 1.5}
 
     def measure(self) -> None:
         self.calls.append("costs")
@@ -55,6 +58,7 @@ def take_turns(modes: str, count: int, repeat: int, often: bool) -> list[str]:
     results = _take_turns(runners, count, repeat, lambda _: None, Recorder("", calls), often)  # type: ignore[arg-type]
     assert list(results) == list(modes)
     assert all(r.tokens_per_second == pytest.approx(100.0) for r in results.values())
+    assert all(r.wire_bytes_per_token == 1.5 for r in results.values())  # the runner's extras
     return calls
 
 
