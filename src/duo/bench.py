@@ -30,9 +30,10 @@ from typing import Any
 from duo.costs import Profiler
 from duo.errors import UsageError
 from duo.local import ModelConfig, Session, SpecConfig
+from duo.profiles import DeviceProfile
 from duo.runners import InProcess, LeadBack, LlamaCpp, Prompt, Runner, prompt_tokens
 from duo.sampling import GREEDY, SamplingParams
-from duo.sim import DeviceProfile, Trace, simulate_async
+from duo.sim import Trace, simulate_async
 from duo.stats import Stats
 
 MODES = ("target-1", "target-all", "sync", "async", "lead+back")

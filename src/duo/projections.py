@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from duo.errors import UsageError
-from duo.profiles import SEEDS, SeedSetup, bench_profile, seed_profile
+from duo.profiles import SEEDS, DeviceProfile, SeedSetup, bench_profile, seed_profile
 from duo.sim import (
     SIM_MODES,
-    DeviceProfile,
     Trace,
     check_k,
     simulate,

@@ -43,9 +43,8 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from duo.errors import UsageError
 from duo.policy import (
@@ -56,90 +55,9 @@ from duo.policy import (
     Policy,
     StreakAcceptance,
 )
+from duo.profiles import DeviceProfile
 
-MESSAGE_BYTES = 64  # one commit or draft message on the wire, framing included (assumed)
 SIM_MODES = ("target-1", "sync", "async", "lead+back")
-
-# -- devices ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DeviceProfile:
-    """What the simulator needs to know about the hardware of one setup."""
-
-    name: str
-    main_ms_by_batch: Mapping[int, float]  # main pass time by batch size (at least 1)
-    draft_ms: float  # one draft token on the drafter's device
-    draft_catchup_ms: float | None = None  # re-evaluate after a rejection (None: draft_ms)
-    # the draft model's pass time by batch size: a drafter waking from a rest evaluates
-    # the commits it missed in one batch (None: that costs draft_catchup_ms too)
-    draft_ms_by_batch: Mapping[int, float] | None = None
-    main_concurrent_slowdown: float = 1.0  # main pass time x this while the drafter computes
-    draft_concurrent_slowdown: float = 1.0  # draft step time x this while the main computes
-    network_latency_ms: float = 0.0  # one way, lead <-> back (lead+back only)
-    network_bytes_per_s: float | None = None  # None: no bandwidth limit
-    lead_cpu_ms_per_token: float = 0.0  # lead service CPU outside main passes (lead+back)
-    note: str = ""  # where each number comes from: measured, quoted or assumed
-
-    def main_ms(self, batch: int) -> float:
-        return CostModel(dict(self.main_ms_by_batch)).cost(batch)
-
-    @property
-    def catchup_ms(self) -> float:
-        return self.draft_ms if self.draft_catchup_ms is None else self.draft_catchup_ms
-
-    def catchup_batch_ms(self, tokens: int) -> float:
-        """Re-evaluating `tokens` committed tokens at once (at least one catch-up)."""
-        if self.draft_ms_by_batch is None or tokens <= 1:
-            return self.catchup_ms
-        return max(self.catchup_ms, CostModel(dict(self.draft_ms_by_batch)).cost(tokens))
-
-    def message_ms(self) -> float:
-        transfer = 0.0
-        if self.network_bytes_per_s:
-            transfer = 1000 * MESSAGE_BYTES / self.network_bytes_per_s
-        return self.network_latency_ms + transfer
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        for key in ("main_ms_by_batch", "draft_ms_by_batch"):
-            costs = getattr(self, key)
-            d[key] = None if costs is None else {str(b): ms for b, ms in sorted(costs.items())}
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], source: str = "profile") -> DeviceProfile:
-        try:
-            main = {int(b): float(ms) for b, ms in d["main_ms_by_batch"].items()}
-            draft = d.get("draft_ms_by_batch")
-            if draft is not None:
-                draft = {int(b): float(ms) for b, ms in draft.items()}
-            profile = cls(
-                **{
-                    **d,
-                    "main_ms_by_batch": main,
-                    "draft_ms_by_batch": draft,
-                    "name": str(d.get("name", source)),
-                }
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise UsageError(f"{source}: not a device profile ({e})") from None
-        if 1 not in main or profile.draft_ms <= 0:
-            raise UsageError(f"{source}: needs main_ms_by_batch for batch 1 and draft_ms > 0")
-        return profile
-
-
-def roofline(single_ms: float, batched_ms_per_token: float, up_to: int) -> dict[int, float]:
-    """A main-model cost curve from two quoted figures: a pass costs what one token costs
-    (memory-bound: the weights are read once) until n tokens at the prompt-evaluation
-    rate cost more (compute-bound): cost(n) = max(single, n x batched)."""
-    return {n: max(single_ms, n * batched_ms_per_token) for n in range(1, up_to + 1)}
-
-
-def memory_bound(single_ms: float, extra_per_token: float, up_to: int) -> dict[int, float]:
-    """A main-model cost curve where each extra token in a batch adds a small fraction."""
-    return {n: single_ms * (1 + extra_per_token * (n - 1)) for n in range(1, up_to + 1)}
-
 
 # -- acceptance traces -----------------------------------------------------------------
 

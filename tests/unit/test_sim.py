@@ -11,10 +11,9 @@ import pytest
 from duo.cli import main
 from duo.errors import UsageError
 from duo.policy import CostModel
-from duo.profiles import SEEDS, bench_profile
+from duo.profiles import SEEDS, DeviceProfile, bench_profile
 from duo.projections import project_seeds, seeds_table
 from duo.sim import (
-    DeviceProfile,
     Drafter,
     Trace,
     simulate,
