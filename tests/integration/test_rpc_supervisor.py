@@ -37,12 +37,14 @@ def test_lead_survives_an_rpc_server_dying_mid_generation(
     try:
         rpc = ",".join(f"127.0.0.1:{p}" for p in ports)
         lead, url = cluster.lead("-m", str(pair[0]), "--rpc", rpc, "-ngl", "99", "--quiet")
-        wait_until(
-            lambda: httpx.get(f"{url}/health").json().get("worker") == "running",
-            120,
-            "worker running",
-            lead,
-        )
+
+        def worker_running(label: str) -> None:
+            def running() -> bool:
+                return bool(httpx.get(f"{url}/health").json().get("worker") == "running")
+
+            wait_until(running, 120, label, lead)
+
+        worker_running("worker running")
         before = complete(url)
         assert before.status_code == 200
         reference = before.json()["choices"][0]["text"]
@@ -71,12 +73,7 @@ def test_lead_survives_an_rpc_server_dying_mid_generation(
 
         # The server comes back on the same port: serving resumes, same text as before.
         servers[1] = rpc_server(tmp_path, ports[1])
-        wait_until(
-            lambda: httpx.get(f"{url}/health").json().get("worker") == "running",
-            120,
-            "worker back",
-            lead,
-        )
+        worker_running("worker back")
         after = complete(url)
         assert after.status_code == 200
         assert after.json()["choices"][0]["text"] == reference
