@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from duo.models import get_pair, prepare
+from duo.llama.models import get_pair, prepare
 
 
 @pytest.fixture(scope="session")

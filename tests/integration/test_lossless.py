@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from duo.core.sampling import GREEDY, SamplingParams
+from duo.core.stats import Stats
 from duo.errors import IncompatibleModels
-from duo.local import ModelConfig, Session, SpecConfig
-from duo.sampling import GREEDY, SamplingParams
-from duo.stats import Stats
+from duo.service.local import ModelConfig, Session, SpecConfig
 
 pytestmark = pytest.mark.integration
 

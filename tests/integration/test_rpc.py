@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from duo.errors import UsageError
-from duo.rpc import probe
+from duo.llama.rpc import probe
 
 from .conftest import Proc, duo, free_port, wait_until
 

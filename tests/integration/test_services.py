@@ -25,8 +25,8 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from duo import protocol as p
-from duo.backend import Model
+from duo.channel import protocol as p
+from duo.llama.backend import Model
 
 from .conftest import Cluster, Proc, health, wait_until
 

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from duo.profiles import bench_profile
-from duo.projections import Projection, bench_table, project_bench
+from duo.bench.profiles import bench_profile
+from duo.bench.projections import Projection, bench_table, project_bench
 
 pytestmark = pytest.mark.integration
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from duo.bench import ModeResult, _take_turns, ceiling
-from duo.stats import Stats
+from duo.bench.suite import ModeResult, _take_turns, ceiling
+from duo.core.stats import Stats
 
 
 def sync_run(trace: list[tuple[int, int]]) -> ModeResult:

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from duo import chat
-from duo.chat import ChatError, History, error_text, format_stats, sse_events, stream_answer
+from duo.cli import chat
+from duo.cli.chat import ChatError, History, error_text, format_stats, sse_events, stream_answer
 
 FINAL = {
     "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from duo.cli import main
+from duo.cli.main import main
 
 
 @pytest.mark.parametrize(

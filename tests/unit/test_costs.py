@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from duo.bench import profile_line
-from duo.costs import Profiler
-from duo.local import ModelConfig, SpecConfig
+from duo.bench.costs import Profiler
+from duo.bench.suite import profile_line
+from duo.service.local import ModelConfig, SpecConfig
 
 
 def profiler_with(*rounds: tuple[float, float, float]) -> Profiler:

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from duo.draft import Draft, common_prefix, usable
+from duo.core.draft import Draft, common_prefix, usable
 
 COMMITTED = [5, 6, 7, 8]
 

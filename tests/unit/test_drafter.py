@@ -4,9 +4,9 @@ import threading
 import time
 from typing import cast
 
-from duo.backend import Model
-from duo.draft import Draft
-from duo.drafter import DraftWorker, Mirror
+from duo.core.draft import Draft
+from duo.drafting.drafter import DraftWorker, Mirror
+from duo.llama.backend import Model
 from tests.unit.fakes import FakeModel, reference, table_model
 
 

@@ -6,11 +6,11 @@ from typing import Any, cast
 
 import pytest
 
-from duo.backend import Model
-from duo.engine import generate, prefill
+from duo.core.engine import generate, prefill
+from duo.core.stats import Stats
+from duo.drafting.sources import SyncDrafts, ThreadDrafts
 from duo.errors import PromptTooLong, UsageError
-from duo.sources import SyncDrafts, ThreadDrafts
-from duo.stats import Stats
+from duo.llama.backend import Model
 from tests.unit.fakes import FakeModel, corrupted, reference, table_model
 
 PROMPTS = [[1], [3, 4, 5], [2, 2, 2, 2, 9, 1]]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from duo.bench.llamacpp import ACCEPTED, DECODED, DRAFTED, EVAL, find_bin
 from duo.errors import UsageError
-from duo.llamacpp import ACCEPTED, DECODED, DRAFTED, EVAL, find_bin
 
 COMPLETION = """\
 0.01.575.181 I common_perf_print: prompt eval time =     507.62 ms /     4 tokens (  126.91 ms per token,     7.88 tokens per second)

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from duo.policy import Acceptance, AdaptivePolicy, CostModel, StreakAcceptance, best_length
+from duo.core.policy import Acceptance, AdaptivePolicy, CostModel, StreakAcceptance, best_length
 
 
 def test_cheap_batches_verify_the_whole_draft() -> None:

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from duo import protocol as p
-from duo.draft import Draft, delta, merge
+from duo.channel import protocol as p
+from duo.core.draft import Draft, delta, merge
 from duo.errors import ProtocolError
 
 MESSAGES = [

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from duo.errors import UsageError
-from duo.rpc import parse_endpoints, probe
+from duo.llama.rpc import parse_endpoints, probe
 
 
 @pytest.mark.parametrize(

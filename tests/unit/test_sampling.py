@@ -8,11 +8,11 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from duo.backend import Model
-from duo.engine import generate
+from duo.core.engine import generate
+from duo.core.sampling import Dist, Greedy, SamplingParams
+from duo.drafting.sources import SyncDrafts, ThreadDrafts
 from duo.errors import UsageError
-from duo.sampling import Dist, Greedy, SamplingParams
-from duo.sources import SyncDrafts, ThreadDrafts
+from duo.llama.backend import Model
 from tests.unit.fakes import FakeModel, corrupted, table_model
 
 PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)

@@ -8,12 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from duo.cli import main
-from duo.errors import UsageError
-from duo.policy import CostModel
-from duo.profiles import SEEDS, DeviceProfile, bench_profile
-from duo.projections import project_seeds, seeds_table
-from duo.sim import (
+from duo.bench.profiles import SEEDS, DeviceProfile, bench_profile
+from duo.bench.projections import project_seeds, seeds_table
+from duo.bench.sim import (
     Drafter,
     Trace,
     simulate,
@@ -21,6 +18,9 @@ from duo.sim import (
     simulate_sync,
     simulate_target,
 )
+from duo.cli.main import main
+from duo.core.policy import CostModel
+from duo.errors import UsageError
 
 FREE = 1e-9  # a drafter that costs (next to) nothing
 NEVER = 10**9  # explore_every that never explores

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from duo.stops import StopMatcher
+from duo.core.stops import StopMatcher
 
 
 def run(pieces: list[str], stops: list[str]) -> tuple[str, bool]:

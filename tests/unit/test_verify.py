@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from duo.verify import Verdict, verify
+from duo.core.verify import Verdict, verify
 
 
 @pytest.mark.parametrize(

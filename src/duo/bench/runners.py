@@ -1,0 +1,339 @@
+"""The modes of `duo bench` as runners: each is opened once (models loaded, processes
+started, warmed up), then asked to generate for one prompt at a time, so that the bench can
+let the modes take turns.
+
+    InProcess   target-1, target-all, sync and async: a Session in this process
+    LeadBack    `duo lead` and `duo back` as two processes over loopback, through the API
+    LlamaCpp    llama.cpp's own binaries, the peer to beat
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from duo.core.sampling import SamplingParams
+from duo.core.stats import Stats
+from duo.errors import UsageError
+from duo.llama.backend import Model
+from duo.service.local import ModelConfig, Session, SpecConfig
+
+
+@dataclass(frozen=True)
+class Prompt:
+    kind: str  # "chat" (the model's chat template) or "raw"
+    category: str
+    text: str
+
+
+def prompt_text(model: Model, p: Prompt) -> str:
+    """The text the model reads: a chat prompt through the model's own chat template."""
+    if p.kind == "chat":
+        return model.render_chat([{"role": "user", "content": p.text}])
+    return p.text
+
+
+def prompt_tokens(model: Model, p: Prompt) -> list[int]:
+    """The prompt's tokens (the chat template brings its own special tokens)."""
+    return model.tokenize(prompt_text(model, p), add_special=p.kind != "chat")
+
+
+class Runner:
+    """One mode of the bench: opened once, then asked for one prompt at a time."""
+
+    mode: str
+    devices: str
+
+    def one(self, i: int) -> tuple[Stats, float]:
+        """Generate for prompt i: its stats and its time to first token (s)."""
+        raise NotImplementedError
+
+    def extras(self) -> dict[str, Any]:
+        """What only this mode can tell: fields of its summary (bench.ModeResult)."""
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+class InProcess(Runner):
+    """target-1, target-all, sync and async: a Session in this process."""
+
+    def __init__(
+        self,
+        mode: str,
+        models: ModelConfig,
+        spec: SpecConfig,
+        prompts: list[Prompt],
+        n: int,
+        sampling: SamplingParams,
+    ) -> None:
+        self.mode, self.n, self.sampling = mode, n, sampling
+        self.devices = _devices(spec, models)
+        self.session = Session(models, spec)
+        self.tokenized = [prompt_tokens(self.session.main, p) for p in prompts]
+        self.session.run(self.tokenized[-1], min(n, 16), sampling=sampling)  # warm-up
+
+    def one(self, i: int) -> tuple[Stats, float]:
+        clock = _FirstRound()
+        return self.session.run(self.tokenized[i], self.n, clock, self.sampling), clock.seconds
+
+    def close(self) -> None:
+        self.session.close()
+
+
+class _FirstRound:
+    """Time from creation to the first round: prompt evaluation + first token."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.seconds = 0.0
+
+    def __call__(self, _round: object) -> None:
+        if not self.seconds:
+            self.seconds = time.perf_counter() - self.t0
+
+
+def _cores(cores: frozenset[int] | None, unpinned: str) -> str:
+    """A core set as `--pin`/`--devices` write it ("0,1"), or `unpinned`."""
+    return ",".join(map(str, sorted(cores))) if cores else unpinned
+
+
+def _devices(spec: SpecConfig, models: ModelConfig) -> str:
+    text = f"main: cores {_cores(spec.main_cores, 'all')} x{models.threads}t"
+    if spec.mode != "target":
+        text += f"; draft: cores {_cores(spec.draft_cores, 'all')} x{models.draft_threads}t"
+    return text
+
+
+class LeadBack(Runner):
+    """`duo lead` and `duo back` as two processes over loopback, through the HTTP API."""
+
+    mode = "lead+back"
+
+    def __init__(
+        self,
+        models: ModelConfig,
+        spec: SpecConfig,
+        prompts: list[Prompt],
+        n: int,
+        sampling: SamplingParams,
+    ) -> None:
+        assert models.draft is not None
+        self.prompts, self.n, self.sampling = prompts, n, sampling
+        self.devices = _devices(spec, models) + " (2 processes)"
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        pin_main = _cores(spec.main_cores, "")
+        pin_draft = _cores(spec.draft_cores, "")
+        lead_cmd = [
+            sys.executable, "-m", "duo", "lead", "-m", str(models.main), "--port", str(port),
+            "--quiet", "--draft", str(spec.draft_max), "-t", str(models.threads),
+            "--policy", "adaptive" if spec.adaptive else "fixed",
+            "-ngl", str(models.n_gpu_layers), "-c", str(models.n_ctx),
+        ]  # fmt: skip
+        if pin_main:
+            lead_cmd += ["--pin", f"{pin_main}:"]
+        back_cmd = [
+            sys.executable, "-m", "duo", "back", "-m", str(models.draft), "--lead", url,
+            "-t", str(models.draft_threads), "--max-ahead", str(spec.max_ahead),
+            "-ngl", str(models.n_gpu_layers_draft), "-c", str(models.n_ctx),
+        ]  # fmt: skip
+        if pin_draft:
+            back_cmd += ["--pin", pin_draft]
+        self.procs = [_quiet(lead_cmd)]
+        try:
+            _wait(
+                lambda: httpx.get(f"{url}/health", timeout=2).json()["status"] == "ok",
+                self.procs[0],
+            )
+            self.procs.append(_quiet(back_cmd))
+            _wait(
+                lambda: httpx.get(f"{url}/health", timeout=2).json()["drafters"] > 0, self.procs[1]
+            )
+            self.client = httpx.Client(base_url=url, timeout=600)
+            _complete(self.client, prompts[-1], min(n, 16), sampling)  # warm-up
+            self.bytes_before = _wire_bytes(self.client)
+            self.tokens = 0
+            self.lead_cpu: float | None = 0.0
+        except BaseException:
+            self._stop()
+            raise
+
+    def one(self, i: int) -> tuple[Stats, float]:
+        before = _cpu_seconds(self.procs[0].pid)
+        stats, ttft = _complete(self.client, self.prompts[i], self.n, self.sampling)
+        after = _cpu_seconds(self.procs[0].pid)
+        if self.lead_cpu is not None and before is not None and after is not None:
+            in_model = stats.prefill_seconds + stats.llama_seconds
+            self.lead_cpu += after - before - in_model
+        else:
+            self.lead_cpu = None
+        self.tokens += stats.tokens
+        return stats, ttft
+
+    def extras(self) -> dict[str, Any]:
+        if not self.tokens:
+            return {}
+        wire = _wire_bytes(self.client) - self.bytes_before
+        out: dict[str, Any] = {"wire_bytes_per_token": wire / self.tokens}
+        if self.lead_cpu is not None:
+            out["lead_cpu_ms_per_token"] = 1000 * max(0.0, self.lead_cpu) / self.tokens
+        return out
+
+    def close(self) -> None:
+        self.client.close()
+        self._stop()
+
+    def _stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+class LlamaCpp(Runner):
+    """The same prompts through llama.cpp's binaries, greedy, on the main device."""
+
+    def __init__(
+        self,
+        mode: str,
+        models: ModelConfig,
+        spec: SpecConfig,
+        prompts: list[Prompt],
+        n: int,
+        bin_dir: str | None,
+    ) -> None:
+        self.mode, self.models, self.spec, self.n, self.bin_dir = mode, models, spec, n, bin_dir
+        with Model(models.main, n_ctx=512) as model:  # the chat template, as the other modes
+            self.texts = [prompt_text(model, p) for p in prompts]
+        main = _cores(spec.main_cores, "all")
+        models_on = "main" if mode == "llama.cpp" else "main + draft, one process"
+        self.devices = f"{models_on}: cores {main} (llama.cpp's binaries)"
+
+    def one(self, i: int) -> tuple[Stats, float]:
+        from duo import llamacpp
+
+        m, spec = self.models, self.spec
+        if self.mode == "llama.cpp":
+            r = llamacpp.target(
+                self.bin_dir, m.main, self.texts[i], self.n, m.threads, spec.main_cores,
+                m.n_gpu_layers,
+            )  # fmt: skip
+        else:
+            assert m.draft is not None
+            r = llamacpp.speculative(
+                self.bin_dir, m.main, m.draft, self.texts[i], self.n, spec.draft_max,
+                m.threads, m.draft_threads, spec.main_cores, m.n_gpu_layers,
+                m.n_gpu_layers_draft,
+            )  # fmt: skip
+        # Each round emits its accepted draft tokens plus one: rounds = tokens - accepted.
+        stats = Stats(
+            tokens=r["tokens"],
+            decode_seconds=r["seconds"],
+            drafted=r["drafted"],
+            accepted=r["accepted"],
+            rounds=r["tokens"] - r["accepted"],
+            llama_seconds=r["seconds"],
+        )
+        return stats, 0.0  # llama.cpp's tools do not report the time to first token
+
+
+def _complete(
+    client: httpx.Client, p: Prompt, n: int, sampling: SamplingParams
+) -> tuple[Stats, float]:
+    body: dict[str, Any] = {
+        "max_tokens": n,
+        "stream": True,
+        "temperature": sampling.temperature,
+        "top_k": sampling.top_k,
+        "top_p": sampling.top_p,
+        "min_p": sampling.min_p,
+        "repeat_penalty": sampling.repeat_penalty,
+        "repeat_last_n": sampling.repeat_last_n,
+        "seed": sampling.seed,
+    }
+    if p.kind == "chat":
+        path, body["messages"] = "/v1/chat/completions", [{"role": "user", "content": p.text}]
+    else:
+        path, body["prompt"] = "/v1/completions", p.text
+    t0 = time.perf_counter()
+    ttft = 0.0
+    timings: dict[str, Any] = {}
+    with client.stream("POST", path, json=body) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if (
+                not ttft
+                and chunk["choices"]
+                and (
+                    chunk["choices"][0].get("text")
+                    or chunk["choices"][0].get("delta", {}).get("content")
+                )
+            ):
+                ttft = time.perf_counter() - t0
+            timings = chunk.get("timings", timings)
+    s = Stats(
+        prompt_tokens=timings["prompt_n"],
+        prefill_seconds=timings["prompt_ms"] / 1000,
+        tokens=timings["predicted_n"],
+        rounds=timings["rounds"],
+        drafted=timings["draft_n"],
+        accepted=timings["draft_n_accepted"],
+        decode_seconds=timings["predicted_ms"] / 1000,
+        llama_seconds=timings["main_decode_ms"] / 1000,
+    )
+    return s, ttft
+
+
+def _quiet(cmd: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) a process has used, from /proc; None where there is none."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wire_bytes(client: httpx.Client) -> int:
+    text = client.get("/metrics").text
+    total = 0
+    for line in text.splitlines():
+        if line.startswith(("duo_wire_bytes_sent_total", "duo_wire_bytes_received_total")):
+            total += int(float(line.split()[1]))
+    return total
+
+
+def _wait(predicate: Any, proc: subprocess.Popen[bytes], timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise UsageError(f"a benchmark process exited early (code {proc.returncode})")
+        try:
+            if predicate():
+                return
+        except (httpx.HTTPError, KeyError, ValueError):
+            pass
+        time.sleep(0.1)
+    raise UsageError("a benchmark process did not become ready in time")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -1,0 +1,341 @@
+"""`duo sim`: project tok/s for every mode from acceptance traces and device profiles.
+
+The simulator is pure and deterministic (no threads, no models): it replays how often the
+draft model agrees with the main model, as recorded by a real `duo bench` sync run, on
+devices described by a few numbers (`DeviceProfile`). It answers "what would duo do on
+that hardware?" and is validated against `duo bench` on this machine.
+
+Modelling assumptions (each one is a simplification of the real engine):
+
+1. Agreement is a property of the text. At every position the drafter's greedy guess
+   either equals the main model's token or not (a match flag). A draft started at
+   position p is accepted for as many tokens as the run of matches from p, however and
+   whenever it was drafted: greedy drafts from the same committed prefix are the same.
+   The flags come from a sync trace: a round that accepted a < k tokens is a matches and
+   one mismatch; a round that accepted all k leaves the flag of its bonus position
+   unobserved, which is filled (deterministically) at the rate of the deepest measured
+   conditional acceptance. A trace with k tokens per round says nothing beyond k.
+2. Costs are the profile's: a main pass over n tokens costs main_ms(n) (interpolated and
+   extrapolated like policy.CostModel); the drafter makes one guess per draft_ms and needs
+   draft_catchup_ms to re-evaluate the committed tokens after a rejection. In one process
+   the lead's own time outside the main pass (sampling, bookkeeping) is taken as zero; a
+   lead service (lead+back) also spends lead_cpu_ms_per_token of CPU on the main device
+   per generated token (event loop, drafter messages, API streaming), added to its rounds.
+3. Contention: while the lead and the drafter compute at the same time, the main pass
+   runs `main_concurrent_slowdown` times slower and a draft step `draft_concurrent_slowdown`
+   times slower (shared caches and memory bandwidth; measured by `duo bench`, 1.0 on
+   separate machines). In async the lead never waits, so every draft step is slowed; a
+   main pass is slowed only for the part of it during which the drafter is busy.
+4. The network (lead+back) delays every message, commits to the drafter and drafts to the
+   lead, by one-way latency + MESSAGE_BYTES / bandwidth.
+5. The adaptive policy knows the costs and the acceptance up front (the steady state the
+   real one learns: per position, apart after whole and after cut drafts); it is
+   policy.AdaptivePolicy itself, so it explores like the lead does (an offered draft
+   verified whole now and then, less often while drafts do not pay) and learns from every
+   round as the lead does, including the free look at a skipped draft's first token; when
+   it asks an in-process drafter to rest, the simulated one rests too (a back never does),
+   and when it wakes it evaluates the commits it missed in one batch (draft_ms_by_batch).
+6. Several generations are simulated as one long one: prefill, the first rounds of each
+   generation and the shorter drafts at the end of each are not modelled.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from duo.bench.profiles import DeviceProfile
+from duo.core.policy import (
+    Acceptance,
+    AdaptivePolicy,
+    CostModel,
+    FixedPolicy,
+    Policy,
+    StreakAcceptance,
+)
+from duo.errors import UsageError
+
+SIM_MODES = ("target-1", "sync", "async", "lead+back")
+
+# -- acceptance traces -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Agreement lengths: per round of a sync run with fixed k, how many consecutive draft
+    tokens the main model accepted from the round's start (k means "k or more")."""
+
+    lengths: tuple[int, ...]
+    k: int
+
+    def __post_init__(self) -> None:
+        if self.k <= 0 or any(not 0 <= a <= self.k for a in self.lengths):
+            raise UsageError(f"agreement lengths must lie in 0..k (k={self.k})")
+
+    @classmethod
+    def from_rounds(cls, rounds: Sequence[Sequence[int]], k: int) -> Trace:
+        """From bench (drafted, accepted) pairs. Rounds that drafted nothing (the last token
+        of a generation) carry no information; a shorter draft at the end of a generation
+        that was accepted whole counts as that many (a lower bound)."""
+        return cls(tuple(min(int(a), k) for d, a in rounds if int(d) > 0), k)
+
+    def acceptance(self) -> Acceptance:
+        """Chance that draft position i is accepted given the ones before it were."""
+        acc = Acceptance()
+        for a in self.lengths:
+            acc.observe(self.k, a)
+        return acc
+
+    def streak_acceptance(self) -> StreakAcceptance:
+        """The acceptance the adaptive policy learns, apart after whole and cut drafts."""
+        acc = StreakAcceptance()
+        for a in self.lengths:
+            acc.observe(self.k, a)
+        return acc
+
+    def matches(self) -> list[bool]:
+        """The match flag of every position of the text (assumption 1 in the module doc)."""
+        bonus_rate = self.acceptance().p(self.k - 1)
+        flags: list[bool] = []
+        credit = 0.0  # error diffusion: the filled flags match at bonus_rate, no randomness
+        for a in self.lengths:
+            flags += [True] * a
+            if a < self.k:
+                flags.append(False)  # the main model's correction
+            else:
+                credit += bonus_rate
+                flags.append(credit >= 0.5)
+                credit -= flags[-1]
+        return flags
+
+    def runs(self) -> list[int]:
+        """runs[p] = how many draft tokens from position p the main model would accept."""
+        flags = self.matches()
+        runs = [0] * (len(flags) + 1)
+        for p in range(len(flags) - 1, -1, -1):
+            runs[p] = runs[p + 1] + 1 if flags[p] else 0
+        return runs[:-1]
+
+
+# -- the modes -------------------------------------------------------------------------
+
+
+@dataclass
+class SimResult:
+    mode: str
+    tokens: int = 0
+    ms: float = 0.0
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return 1000 * self.tokens / self.ms if self.ms else 0.0
+
+    def add_round(self, drafted: int, accepted: int) -> None:
+        self.rounds += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        self.tokens += accepted + 1
+
+
+def simulate_target(trace: Trace, profile: DeviceProfile) -> SimResult:
+    """The main model alone: one token per single-token pass."""
+    result = SimResult("target-1")
+    for _ in range(len(trace.matches())):
+        result.add_round(0, 0)
+        result.ms += profile.main_ms(1)
+    return result
+
+
+def simulate_sync(trace: Trace, profile: DeviceProfile, k: int) -> SimResult:
+    """Classic speculative decoding: draft k tokens, then verify them in one pass."""
+    check_k(trace, k)
+    runs = trace.runs()
+    result, position = SimResult("sync"), 0
+    while position < len(runs):
+        accepted = min(runs[position], k)
+        result.ms += k * profile.draft_ms + profile.main_ms(k + 1)
+        result.add_round(k, accepted)
+        position += accepted + 1
+    return result
+
+
+class Drafter:
+    """The async drafter as a sequence of steps on its own device.
+
+    Its guesses are for positions base, base+1, ... and each was made at ready[i]. Each
+    step starts when the previous one ends and reads the commits it has heard of by then:
+    if they do not continue its guesses (a rejection, or the lead got ahead of it), it
+    catches up (one step) and guesses anew from there; else it guesses one more token,
+    up to max_ahead past the commits; else it idles until it hears of the next commit.
+    """
+
+    def __init__(
+        self,
+        runs: list[int],
+        step_ms: float,
+        catchup_ms: float | Callable[[int], float],
+        max_ahead: int,
+    ):
+        self.runs = runs
+        self.step_ms = step_ms
+        # the time to evaluate n committed tokens it does not hold (a number: any n)
+        self.catchup = catchup_ms if callable(catchup_ms) else (lambda _n, c=catchup_ms: c)
+        self.max_ahead = max_ahead
+        self.base = 0
+        self.ready: list[float] = []
+        self.free_at = 0.0  # end of the current step, or when it next wakes up (inf: never)
+        self.busy = False
+        self.heard: list[tuple[float, int]] = [(0.0, 0)]  # (when it hears, committed count)
+        self.resting = False
+
+    def rest(self, t: float, resting: bool) -> None:
+        """The lead asks it to rest (it stops after its current step) or to draft again
+        (it wakes at t and catches up with what was committed meanwhile)."""
+        if self.resting and not resting and not self.busy:
+            self.free_at = t
+        self.resting = resting
+
+    def hear(self, at: float, committed: int) -> None:
+        self.heard.append((at, committed))
+        if not self.busy and self.free_at == math.inf and not self.resting:
+            self.free_at = at
+
+    def committed_at(self, t: float) -> int:
+        return self.heard[bisect_right(self.heard, (t, math.inf)) - 1][1]
+
+    def lined_up(self, committed: int) -> bool:
+        """The committed tokens are a prefix of its guesses (so the guesses stand)."""
+        correct = min(len(self.ready), self._run(self.base))
+        return bool(self.ready) and committed <= self.base + correct
+
+    def advance(self, t: float) -> None:
+        """Run every step that starts by time t."""
+        while self.free_at <= t:
+            self._step(self.free_at)
+
+    def _step(self, start: float) -> None:
+        committed = self.committed_at(start)
+        if self.resting:
+            self.busy, self.free_at = False, math.inf
+        elif not self.lined_up(committed):
+            held = self.base + (min(len(self.ready), self._run(self.base)) if self.ready else 0)
+            self.base, self.busy = committed, True
+            self.free_at = start + self.catchup(max(1, committed - held))
+            self.ready = [self.free_at]
+        elif self.base + len(self.ready) - committed < self.max_ahead:
+            self.busy, self.free_at = True, start + self.step_ms
+            self.ready.append(self.free_at)
+        else:  # idle until it hears of the next commit (each commit adds tokens)
+            following = bisect_right(self.heard, (start, math.inf))
+            wake = self.heard[following][0] if following < len(self.heard) else math.inf
+            self.busy, self.free_at = False, wake
+
+    def offer(self, t: float, committed: int, delay_ms: float) -> int:
+        """How many guesses past the commits the lead holds at time t."""
+        if committed > self.base + self._run(self.base):
+            return 0  # its guesses contradict the committed tokens: a stale draft
+        arrived = bisect_right(self.ready, t - delay_ms)
+        return max(0, self.base + arrived - committed)
+
+    def _run(self, position: int) -> int:
+        return self.runs[position] if position < len(self.runs) else 0
+
+
+def simulate_async(
+    trace: Trace,
+    profile: DeviceProfile,
+    k: int,
+    *,
+    max_ahead: int,
+    policy: str = "adaptive",
+    network: bool = False,
+    explore_every: int = 8,
+) -> SimResult:
+    """A lead verifying whatever the concurrent drafter has ready, never waiting for it.
+
+    With network=True (lead+back) the commits reach the drafter, and its drafts reach the
+    lead, one message time later.
+    """
+    check_k(trace, k)
+    runs = trace.runs()
+    delay = profile.message_ms() if network else 0.0
+    slow = profile.draft_concurrent_slowdown
+    drafter = Drafter(
+        runs, profile.draft_ms * slow, lambda n: profile.catchup_batch_ms(n) * slow, max_ahead
+    )
+    choose = _policy(policy, trace, profile, explore_every)
+    result = SimResult("lead+back" if network else "async")
+    t, position = 0.0, 0
+    while position < len(runs):
+        drafter.rest(t, not network and not choose.wants_drafts)  # backs never rest
+        drafter.advance(t)
+        offered = min(drafter.offer(t, position, delay), k)
+        length = choose.choose(offered)
+        accepted = min(runs[position], length)
+        next_agreed = runs[position] > length if offered > length else None
+        start = t
+        t = main_pass_end(t, profile.main_ms(length + 1), drafter, profile)
+        choose.observe(length, accepted, t - start, next_agreed)  # costs in ms here
+        if network:
+            t += profile.lead_cpu_ms_per_token * (accepted + 1)
+        result.add_round(length, accepted)
+        position += accepted + 1
+        drafter.hear(t + delay, position)
+    result.ms = t
+    return result
+
+
+def main_pass_end(start: float, work_ms: float, drafter: Drafter, profile: DeviceProfile) -> float:
+    """When a main pass that costs work_ms alone ends, if it is slowed while the drafter
+    computes (assumption 3). The drafter takes every step that starts during the pass."""
+    t, left = start, work_ms
+    while True:
+        drafter.advance(t)
+        rate = 1 / profile.main_concurrent_slowdown if drafter.busy else 1.0
+        end = t + left / rate
+        if end <= drafter.free_at:
+            return end
+        left -= (drafter.free_at - t) * rate
+        t = drafter.free_at
+
+
+def _policy(name: str, trace: Trace, profile: DeviceProfile, explore_every: int) -> Policy:
+    if name == "fixed":
+        return FixedPolicy()
+    costs = CostModel({n: profile.main_ms(n) for n in range(1, trace.k + 2)})
+    return AdaptivePolicy(costs, trace.streak_acceptance(), explore_every=explore_every)
+
+
+def check_k(trace: Trace, k: int) -> None:
+    if not 1 <= k <= trace.k:
+        raise UsageError(
+            f"--k {k}: the trace was recorded with k={trace.k} and tells nothing about "
+            f"acceptance past {trace.k} tokens (use 1..{trace.k})"
+        )
+
+
+def simulate(
+    mode: str,
+    trace: Trace,
+    profile: DeviceProfile,
+    *,
+    k: int,
+    max_ahead: int,
+    policy: str = "adaptive",
+) -> SimResult:
+    """One mode by its bench name: target-1, sync, async or lead+back."""
+    if mode == "target-1":
+        return simulate_target(trace, profile)
+    if mode == "sync":
+        return simulate_sync(trace, profile, k)
+    if mode in ("async", "lead+back"):
+        network = mode == "lead+back"
+        return simulate_async(
+            trace, profile, k, max_ahead=max_ahead, policy=policy, network=network
+        )
+    raise UsageError(f"unknown mode {mode!r} (choose from {', '.join(SIM_MODES)})")

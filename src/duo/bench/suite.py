@@ -1,0 +1,301 @@
+"""`duo bench`: every mode on the same prompts, in the same run, on pinned "devices".
+
+Modes:
+    target-1    the main model alone on the main device (one core set)
+    target-all  the main model alone on every core (the strongest single-box alternative)
+    sync        classic speculative decoding on the main device
+    async       the drafter on its own thread and device, in one process
+    lead+back   `duo lead` and `duo back` as separate processes over loopback
+
+Warm-up runs are excluded; each figure is the median over repeats of the whole suite. The
+suite is run in order, so no prompt follows itself (a drafter would otherwise still hold
+the previous answer in its cache and look better than it is). By default every mode stays
+loaded and the modes take turns prompt by prompt: a shared host's speed drifts by tens of
+percent over a minute, and taking turns spreads that drift over all modes alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import statistics
+import sys
+from dataclasses import asdict, dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from duo.bench.costs import Profiler
+from duo.bench.profiles import DeviceProfile
+from duo.bench.runners import InProcess, LeadBack, LlamaCpp, Prompt, Runner, prompt_tokens
+from duo.bench.sim import Trace, simulate_async
+from duo.core.sampling import GREEDY, SamplingParams
+from duo.core.stats import Stats
+from duo.errors import UsageError
+from duo.service.local import ModelConfig, Session, SpecConfig
+
+MODES = ("target-1", "target-all", "sync", "async", "lead+back")
+PEER_MODES = ("llama.cpp", "llama.cpp-spec")  # llama.cpp's own binaries, when available
+
+
+@dataclass
+class ModeResult:
+    mode: str
+    tokens_per_second: float
+    tokens_per_second_runs: list[float]
+    ttft_ms: float
+    acceptance_rate: float
+    mean_acceptance_length: float
+    accepted_at: list[float]
+    overhead_ms_per_round: float
+    wire_bytes_per_token: float | None = None
+    # lead+back: the lead process's CPU time outside the main model's passes (event loop,
+    # drafter messages, API streaming, bookkeeping) per generated token (Linux only)
+    lead_cpu_ms_per_token: float | None = None
+    speedup_vs_target_1: float | None = None
+    speedup_vs_sync: float | None = None
+    devices: str = ""
+    trace: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) per round
+
+
+@dataclass
+class Report:
+    machine: dict[str, Any]
+    settings: dict[str, Any]
+    modes: list[ModeResult] = field(default_factory=list)
+    ceiling_tokens_per_second: float | None = None
+    profile: dict[str, Any] = field(default_factory=dict)  # measured device costs
+
+    def table(self) -> str:
+        rows = [
+            f"{'mode':14} {'tok/s':>7} {'vs t-1':>7} {'vs sync':>8} {'ttft ms':>8} "
+            f"{'accept':>7} {'mean len':>9} {'ovh ms':>7} {'B/tok':>6}  devices"
+        ]
+        for m in self.modes:
+            rows.append(
+                f"{m.mode:14} {m.tokens_per_second:7.1f} {_x(m.speedup_vs_target_1):>7} "
+                f"{_x(m.speedup_vs_sync):>8} {m.ttft_ms:8.1f} {m.acceptance_rate:7.2f} "
+                f"{m.mean_acceptance_length:9.2f} {m.overhead_ms_per_round:7.2f} "
+                f"{'' if m.wire_bytes_per_token is None else f'{m.wire_bytes_per_token:.1f}':>6}"
+                f"  {m.devices}"
+            )
+        if self.ceiling_tokens_per_second:
+            rows.append(
+                f"ceiling (a drafter that costs nothing, at sync's measured agreement): "
+                f"{self.ceiling_tokens_per_second:.1f} tok/s"
+            )
+        if self.profile:
+            rows.append(profile_line(self.profile))
+        return "\n".join(rows)
+
+
+def profile_line(profile: dict[str, Any]) -> str:
+    """The device costs in one line, with how much the host drifted during the run."""
+    main = profile["main_ms_by_batch"]
+    parts = [f"main {main[1]:.1f} ms (1 token), {main[max(main)]:.1f} ms ({max(main)} tokens)"]
+    if "draft_ms_by_batch" in profile:
+        parts.append(f"draft {profile['draft_ms_by_batch'][1]:.1f} ms/token")
+    drift = max(profile["drift_percent"].values())
+    return (
+        f"device costs after {profile['context_tokens']} tokens of context: {', '.join(parts)}; "
+        f"median of {profile['rounds']} rounds spread over the run, which drifted {drift:.0f}%"
+    )
+
+
+def _x(v: float | None) -> str:
+    return "" if v is None else f"{v:.2f}x"
+
+
+def load_prompts(path: str | None) -> list[Prompt]:
+    if path is None:
+        text = resources.files("duo").joinpath("prompts/suite.jsonl").read_text()
+    else:
+        try:
+            text = Path(path).read_text()
+        except OSError as e:
+            raise UsageError(f"cannot read {path}: {e.strerror}") from None
+    prompts = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            prompts.append(Prompt(obj.get("kind", "chat"), obj.get("category", ""), obj["text"]))
+        except (ValueError, KeyError, TypeError):
+            raise UsageError(f"{path}:{i}: expected a JSON object with a 'text' field") from None
+    if not prompts:
+        raise UsageError("the prompt suite is empty")
+    return prompts
+
+
+def _mean_context(main: ModelConfig, prompts: list[Prompt], n: int) -> int:
+    """Tokens of context a pass sees on average in this bench: prompt + half the output."""
+    with Session(main, SpecConfig(mode="target")) as session:
+        lengths = [len(prompt_tokens(session.main, p)) for p in prompts]
+    return round(statistics.mean(lengths)) + n // 2
+
+
+def _summarise(mode: str, runs: list[list[Stats]], ttfts: list[float], devices: str) -> ModeResult:
+    per_run = [sum(s.tokens for s in r) / sum(s.decode_seconds for s in r) for r in runs]
+    total = Stats()
+    for r in runs:
+        for s in r:
+            total.merge(s)
+            total.trace.extend(s.trace)
+    return ModeResult(
+        mode=mode,
+        tokens_per_second=statistics.median(per_run),
+        tokens_per_second_runs=per_run,
+        ttft_ms=1000 * statistics.median(ttfts),
+        acceptance_rate=total.acceptance_rate,
+        mean_acceptance_length=total.mean_acceptance_length if total.drafted else 1.0,
+        accepted_at=[a / d for a, d in zip(total.accepted_at, total.drafted_at, strict=True) if d],
+        overhead_ms_per_round=total.overhead_ms_per_round,
+        devices=devices,
+        trace=total.trace if total.drafted else [],
+    )
+
+
+def ceiling(main_ms_by_batch: dict[int, float], sync: ModeResult, k: int) -> float:
+    """Tokens/s with a drafter that costs nothing and always has guesses ready.
+
+    The sync run's agreement trace is replayed by `duo sim` on the measured main-model
+    costs, verifying a fixed L tokens every round (the best L) or as the adaptive policy
+    chooses, whichever does better; never less than the main model alone. Replaying the
+    trace keeps the streaks of agreement that a per-position average would miss.
+    """
+    alone = 1000 / main_ms_by_batch[1]
+    if not any(d for d, _ in sync.trace):
+        return alone
+    trace = Trace.from_rounds(sync.trace, k)
+    free = DeviceProfile("a drafter that costs nothing", main_ms_by_batch, draft_ms=1e-9)
+    ahead = 2 * k  # always enough guesses ready
+    runs = [
+        simulate_async(trace, free, n, max_ahead=ahead, policy="fixed") for n in range(1, k + 1)
+    ]
+    runs.append(simulate_async(trace, free, k, max_ahead=ahead, policy="adaptive"))
+    return max(alone, *(r.tokens_per_second for r in runs))
+
+
+def run(
+    models: ModelConfig,
+    spec: SpecConfig,
+    modes: list[str],
+    prompts: list[Prompt],
+    n: int,
+    repeat: int,
+    log: Any,
+    sampling: SamplingParams = GREEDY,
+    llama_cpp_bin: str | None = None,
+    interleave: bool = True,
+) -> Report:
+    """Measure `modes` on `prompts`. Interleaved (the default), every mode stays loaded and
+    they take turns prompt by prompt, so a host that drifts over the run slows them all
+    alike; otherwise each mode runs alone, one after another (for models that fit in
+    memory only once). Device costs are measured between turns (`costs.Profiler`)."""
+    all_cores = sorted(os.sched_getaffinity(0))
+    report = Report(
+        machine={
+            "cpus": len(all_cores),
+            "platform": sys.platform,
+            "python": sys.version.split()[0],
+        },
+        settings={
+            "main": str(models.main),
+            "draft": str(models.draft),
+            "n": n,
+            "repeat": repeat,
+            "draft_max": spec.draft_max,
+            "max_ahead": spec.max_ahead,
+            "prompts": len(prompts),
+            "policy": "adaptive" if spec.adaptive else "fixed",
+            "order": "interleaved" if interleave else "sequential",
+            "sampling": asdict(sampling),
+        },
+    )
+    if any(mode in PEER_MODES for mode in modes):  # fail before measuring anything
+        from duo.bench.llamacpp import find_bin
+
+        find_bin(llama_cpp_bin, "llama-completion")
+        find_bin(llama_cpp_bin, "llama-speculative-simple")
+    target = replace(models, draft=None)
+    profiler = Profiler(models, spec, spec.draft_max + 1, _mean_context(target, prompts, n))
+
+    def open_runner(mode: str) -> Runner:
+        log(f"{mode}: loading")
+        if mode == "target-1":
+            cfg = SpecConfig(**{**asdict(spec), "mode": "target", "draft_cores": None})
+            return InProcess(mode, target, cfg, prompts, n, sampling)
+        if mode == "target-all":
+            every_core = replace(target, threads=len(all_cores))
+            return InProcess(mode, every_core, SpecConfig(mode="target"), prompts, n, sampling)
+        if mode in ("sync", "async"):
+            cfg = SpecConfig(**{**asdict(spec), "mode": mode})
+            return InProcess(mode, models, cfg, prompts, n, sampling)
+        if mode in PEER_MODES:
+            return LlamaCpp(mode, models, spec, prompts, n, llama_cpp_bin)
+        return LeadBack(models, spec, prompts, n, sampling)
+
+    turns = [modes] if interleave else [[mode] for mode in modes]
+    results: dict[str, ModeResult] = {}
+    for group in turns:
+        with contextlib.ExitStack() as stack:
+            runners = []
+            for mode in group:
+                runner = open_runner(mode)
+                stack.callback(runner.close)
+                runners.append(runner)
+            results.update(_take_turns(runners, len(prompts), repeat, log, profiler, interleave))
+    log("device costs: last round")
+    profiler.measure()
+    report.profile = profiler.result()
+    report.modes = [results[mode] for mode in modes]
+    by_mode = {m.mode: m for m in report.modes}
+    for m in report.modes:
+        if "target-1" in by_mode:
+            m.speedup_vs_target_1 = m.tokens_per_second / by_mode["target-1"].tokens_per_second
+        if "sync" in by_mode:
+            m.speedup_vs_sync = m.tokens_per_second / by_mode["sync"].tokens_per_second
+    if "sync" in by_mode:
+        report.ceiling_tokens_per_second = ceiling(
+            report.profile["main_ms_by_batch"], by_mode["sync"], spec.draft_max
+        )
+    return report
+
+
+def _take_turns(
+    runners: list[Runner], count: int, repeat: int, log: Any, profiler: Profiler, often: bool
+) -> dict[str, ModeResult]:
+    """Prompt 0..count-1, `repeat` times, each prompt through every runner in turn. A round
+    of device costs is measured first and, when `often`, after every half of the prompts."""
+    runs: dict[str, list[list[Stats]]] = {r.mode: [] for r in runners}
+    ttfts: dict[str, list[float]] = {r.mode: [] for r in runners}
+    log("device costs: measuring a round")
+    profiler.measure()
+    half = max(1, math.ceil(count / 2))
+    for rep in range(repeat):
+        for r in runners:
+            runs[r.mode].append([])
+        for i in range(count):
+            for r in runners:
+                stats, ttft = r.one(i)
+                runs[r.mode][-1].append(stats)
+                ttfts[r.mode].append(ttft)
+                log(
+                    f"{r.mode}: run {rep + 1}/{repeat}, prompt {i + 1}/{count}: "
+                    f"{stats.tokens_per_second:.1f} tok/s"
+                )
+            last = rep == repeat - 1 and i == count - 1
+            if often and (i + 1) % half == 0 and not last:
+                log("device costs: measuring a round")
+                profiler.measure()
+    return {
+        r.mode: replace(_summarise(r.mode, runs[r.mode], ttfts[r.mode], r.devices), **r.extras())
+        for r in runners
+    }
+
+
+def to_json(report: Report) -> str:
+    return json.dumps(asdict(report), indent=1)

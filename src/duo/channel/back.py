@@ -1,0 +1,183 @@
+"""`duo back`: a drafter process that serves a lead over one persistent connection.
+
+It mirrors the lead's committed tokens (BEGIN, COMMIT), drafts ahead on its own thread,
+and streams only what is new in its draft (DRAFT frames). When the lead goes away it
+reconnects with backoff; an incompatible draft model is refused at the handshake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+import websockets
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from duo.channel import protocol as p
+from duo.core.draft import Draft, delta
+from duo.drafting.drafter import DraftWorker, Mirror
+from duo.errors import DuoError, ProtocolError, UsageError
+from duo.llama.backend import Model
+
+log = logging.getLogger(__name__)
+
+
+class Refused(DuoError):
+    """The lead refused this drafter at the handshake."""
+
+
+@dataclass(frozen=True)
+class BackConfig:
+    lead: str = "http://127.0.0.1:5555"  # --lead: the lead's URL
+    max_ahead: int = 12  # --max-ahead: most tokens drafted past the committed ones
+    api_key: str | None = None  # --api-key
+    name: str = ""  # --name: shown in the lead's logs
+    cores: frozenset[int] | None = None  # --pin: cores of the drafter thread
+    retry_max: float = 8.0  # seconds between reconnection attempts, at most
+
+
+def drafter_url(lead: str) -> str:
+    """http://host:port -> ws://host:port/v1/drafter (https -> wss)."""
+    parts = urlsplit(lead if "://" in lead else f"http://{lead}")
+    scheme = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}.get(parts.scheme)
+    if scheme is None or not parts.hostname:
+        raise UsageError(f"--lead expects a URL such as http://127.0.0.1:5555, not {lead!r}")
+    return urlunsplit((scheme, parts.netloc, p.PATH, "", ""))
+
+
+class Back:
+    def __init__(
+        self,
+        model: Model,
+        config: BackConfig,
+        on_connect: Callable[[str], None] | None = None,
+    ) -> None:
+        self.model = model
+        self.config = config
+        self.on_connect = on_connect  # told the lead's URL at every (re)connection
+        self.url = drafter_url(config.lead)
+        self.name = config.name or f"{socket.gethostname()}:{os.getpid()}"
+        self._outbox: asyncio.Queue[bytes] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._session = -1
+        self._sent: Draft | None = None
+        self._width = 4
+        self.worker = DraftWorker(
+            Mirror(model),
+            self._publish,
+            max_ahead=config.max_ahead,
+            cores=set(config.cores) if config.cores else None,
+        )
+
+    async def run(self) -> None:
+        """Serve leads until cancelled; raise Refused if a lead refuses us."""
+        self._loop = asyncio.get_running_loop()
+        self.worker.start()
+        delay = 0.25
+        try:
+            while True:
+                try:
+                    await self._connection()
+                    delay = 0.25
+                except (
+                    OSError,
+                    ConnectionClosed,
+                    InvalidHandshake,
+                    TimeoutError,
+                    ProtocolError,  # a lead that speaks nonsense: drop it and try again
+                ) as e:
+                    log.warning(
+                        "lead %s unavailable (%s); retrying in %.1fs",
+                        self.url,
+                        type(e).__name__,
+                        delay,
+                    )
+                self.worker.end()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.config.retry_max)
+        finally:
+            self.worker.stop()
+
+    async def _connection(self) -> None:
+        headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+        try:
+            ws = await websockets.connect(
+                self.url,
+                additional_headers=headers,
+                open_timeout=5,
+                max_size=1 << 22,
+                compression=None,
+            )
+        except InvalidURI as e:
+            raise UsageError(f"bad lead URL: {e}") from None
+        async with ws:
+            hello = p.Hello(
+                p.VERSION,
+                self.model.n_vocab,
+                self.config.max_ahead,
+                self.model.fingerprint,
+                self.name,
+            )
+            await ws.send(p.encode(hello))
+            reply = p.decode(await asyncio.wait_for(ws.recv(), 10))
+            if isinstance(reply, p.Refuse):
+                raise Refused(reply.reason)
+            if not isinstance(reply, p.Welcome):
+                raise ProtocolError("expected WELCOME")
+            self._width = reply.token_width
+            self._session, self._sent = -1, None
+            self._outbox = asyncio.Queue()
+            sender = asyncio.create_task(self._send_loop(ws, self._outbox))
+            log.info("connected to %s", self.url)
+            if self.on_connect is not None:
+                self.on_connect(self.config.lead)
+            try:
+                async for data in ws:
+                    self._on_frame(p.decode(data, self._width))
+            finally:
+                self._outbox = None
+                sender.cancel()
+                log.info("disconnected from %s", self.url)
+
+    def _on_frame(self, msg: p.Message) -> None:
+        match msg:
+            case p.Begin(session, tokens):
+                self._session, self._sent = session, None
+                self.worker.begin(tokens)
+            case p.Commit(session, start, tokens) if session == self._session:
+                self.worker.commit(start, tokens)
+            case p.End(session) if session == self._session:
+                self.worker.end()
+            case p.Begin() | p.Commit() | p.End():
+                pass  # a stale session
+            case _:
+                raise ProtocolError(f"unexpected {type(msg).__name__} from the lead")
+
+    def _publish(self, draft: Draft) -> None:
+        """On the drafter thread: hand the draft to the event loop."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._send_draft, draft)
+
+    def _send_draft(self, draft: Draft) -> None:
+        """On the event loop: queue what the lead does not know of this draft yet."""
+        if self._outbox is None or self._session < 0:
+            return
+        new = delta(self._sent, draft)
+        if new is None:
+            return
+        follows = self._sent is not None and new.start == self._sent.start + len(self._sent.tokens)
+        msg = p.Append(new.tokens) if follows else p.DraftMsg(self._session, new.start, new.tokens)
+        self._sent = draft
+        self._outbox.put_nowait(p.encode(msg, self._width))
+
+    @staticmethod
+    async def _send_loop(ws: websockets.ClientConnection, outbox: asyncio.Queue[bytes]) -> None:
+        with contextlib.suppress(ConnectionClosed):
+            while True:
+                await ws.send(await outbox.get())

@@ -1,0 +1,5 @@
+"""The `duo` command line."""
+
+from duo.cli.main import main, run
+
+__all__ = ["main", "run"]

