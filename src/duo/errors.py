@@ -36,3 +36,7 @@ class IncompatibleModels(ModelError):
 
 class ProtocolError(DuoError):
     """A message on the drafter channel that breaks the protocol."""
+
+    def __init__(self, message: str, *, close_code: int = 1002) -> None:
+        super().__init__(message)
+        self.close_code = close_code  # the WebSocket close code that says why

@@ -332,29 +332,40 @@ def ws_url(url: str) -> str:
     return url.replace("http://", "ws://") + p.PATH
 
 
-def raw_client(url: str) -> ClientConnection:
-    return connect(ws_url(url), open_timeout=10, close_timeout=5, max_size=None, compression=None)
+def raw_client(url: str, key: str | None = None) -> ClientConnection:
+    headers = {"Authorization": f"Bearer {key}"} if key else None
+    return connect(
+        ws_url(url),
+        open_timeout=10,
+        close_timeout=5,
+        max_size=None,
+        compression=None,
+        additional_headers=headers,
+    )
 
 
-def handshake(ws: ClientConnection, identity: tuple[int, str]) -> int:
+def handshake(ws: ClientConnection, identity: tuple[int, str], name: str = "garbage") -> int:
     """HELLO as a compatible back; returns the token width of the WELCOME."""
     n_vocab, fingerprint = identity
-    ws.send(p.encode(p.Hello(p.VERSION, n_vocab, 12, fingerprint, "garbage")))
+    ws.send(p.encode(p.Hello(p.VERSION, n_vocab, fingerprint, name)))
     reply = p.decode(ws.recv(timeout=10))
     assert isinstance(reply, p.Welcome), reply
     return reply.token_width
 
 
-def assert_closed(ws: ClientConnection, timeout: float = 10) -> None:
-    """The lead closes the connection: recv raises ConnectionClosed (frames before are fine)."""
+def assert_closed(ws: ClientConnection, timeout: float = 10, code: int = 1002) -> str:
+    """The lead closes the connection with a close frame of this code (frames before are
+    fine); returns the reason it gave."""
     deadline = time.monotonic() + timeout
     try:
         while True:
             remaining = deadline - time.monotonic()
             assert remaining > 0, "the lead did not close the connection"
             ws.recv(timeout=remaining)
-    except ConnectionClosed:
-        return
+    except ConnectionClosed as e:
+        assert e.rcvd is not None, "the lead dropped the connection without a close frame"
+        assert e.rcvd.code == code, (e.rcvd.code, e.rcvd.reason)
+        return e.rcvd.reason
     except TimeoutError:
         raise AssertionError("the lead did not close the connection") from None
 
@@ -384,7 +395,7 @@ def test_garbage_drafter(lead: str, refs: Refs, identity: tuple[int, str]) -> No
         draft(session + 7, end, junk(8))  # another session
         draft(session, 0, junk(8))  # overlaps the prompt, does not match it
         draft(session, end + 50, junk(8))  # leaves a gap
-        draft(session, end, junk(60000))  # huge
+        draft(session, end, junk(p.MAX_DRAFT_TOKENS))  # as long as a frame may be
         for _ in range(40):  # junk where the next round starts, so the lead verifies it
             msg = p.decode(ws.recv(timeout=10), width)
             if isinstance(msg, p.Commit):
@@ -411,8 +422,18 @@ def test_garbage_drafter(lead: str, refs: Refs, identity: tuple[int, str]) -> No
         assert_closed(ws)
 
     with raw_client(lead) as ws:
+        width = handshake(ws, identity)
+        ws.send(p.encode(p.Append(junk(p.MAX_DRAFT_TOKENS + 1)), width))  # more than usable
+        assert "tokens in one frame" in assert_closed(ws)
+
+    with raw_client(lead) as ws:
         ws.send("hello")  # a text frame first
-        assert_closed(ws)
+        assert "text frames" in assert_closed(ws, code=1003)
+
+    with raw_client(lead) as ws:
+        handshake(ws, identity)
+        ws.send("hello")  # a text frame later
+        assert "text frames" in assert_closed(ws, code=1003)
 
     s = gen.join()
     assert s.done
@@ -420,7 +441,7 @@ def test_garbage_drafter(lead: str, refs: Refs, identity: tuple[int, str]) -> No
     assert s.final["timings"]["draft_n"] > 0, "no junk draft was ever verified"
     assert health(lead)["status"] == "ok"
     wait_until(lambda: health(lead)["drafters"] == 0, 10, "garbage drafters gone")
-    assert metric(lead, "duo_drafters_dropped_total") - dropped >= 4
+    assert metric(lead, "duo_drafters_dropped_total") - dropped >= 7
     # The lead still serves, and a fresh generation is still right.
     assert complete(lead, RAW_PROMPT, N)["choices"][0]["text"] == refs.raw
 
@@ -479,6 +500,29 @@ def test_api_key(cluster: Cluster) -> None:
 
     keyed = cluster.back(url, "--api-key", "secret")  # waits until the lead counts it
     assert keyed.alive()
+
+
+def test_drafters_cannot_write_the_log(cluster: Cluster, identity: tuple[int, str]) -> None:
+    """Nothing an unauthenticated drafter sends reaches the log; an authenticated one's
+    name is short and printable (no forged lines, no terminal escapes)."""
+    proc, url = cluster.lead("--api-key", "secret", "--quiet")
+    forged = "\x1b[31mFORGED\n2026-01-01 INFO duo: all is well"
+    n_vocab, fingerprint = identity
+    with raw_client(url, key="wrong") as ws:
+        ws.send(p.encode(p.Hello(p.VERSION, n_vocab, fingerprint, forged)))
+        assert p.decode(ws.recv(timeout=10)) == p.Refuse("invalid or missing API key")
+    with raw_client(url, key="wrong") as ws:  # far larger than any frame a drafter sends
+        ws.send(b"\x01" + b"x" * (100 << 10))
+        assert_closed(ws, code=1009)
+    with raw_client(url, key="secret") as ws:
+        handshake(ws, identity, name=forged)
+        wait_until(lambda: "FORGED" in proc.output(), 10, "the drafter's join logged")
+    wait_until(lambda: "left" in proc.output(), 10, "the drafter's leaving logged")
+    out = proc.output()
+    assert "\x1b[31m" not in out and "\n2026-01-01" not in out, out
+    assert "[31mFORGED2026-01-01 INFO duo: all is well" in out
+    assert out.count("FORGED") == 2  # joined, left; the refused one was never logged
+    assert proc.alive() and health(url)["status"] == "ok"
 
 
 # -- 7. concurrent clients -----------------------------------------------------------------

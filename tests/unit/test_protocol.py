@@ -9,7 +9,7 @@ from duo.core.draft import Draft, delta, merge
 from duo.errors import ProtocolError
 
 MESSAGES = [
-    p.Hello(1, 49152, 12, "0123456789abcdef", "gpu-box"),
+    p.Hello(1, 49152, "0123456789abcdef", "gpu-box"),
     p.Welcome(1, 2),
     p.Refuse("the draft model's vocabulary differs"),
     p.Begin(7, (1, 2, 3)),

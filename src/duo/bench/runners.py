@@ -25,7 +25,8 @@ from duo.core.sampling import SamplingParams
 from duo.core.stats import Stats
 from duo.errors import UsageError
 from duo.llama.backend import Model
-from duo.service.local import ModelConfig, Session, SpecConfig
+from duo.service.config import ModelConfig, SpecConfig
+from duo.service.session import Session
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,7 @@ class LlamaCpp(Runner):
         self.devices = f"{models_on}: cores {main} (llama.cpp's binaries)"
 
     def one(self, i: int) -> tuple[Stats, float]:
-        from duo import llamacpp
+        from duo.bench import llamacpp
 
         m, spec = self.models, self.spec
         if self.mode == "llama.cpp":

@@ -34,7 +34,8 @@ from duo.bench.sim import Trace, simulate_async
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.errors import UsageError
-from duo.service.local import ModelConfig, Session, SpecConfig
+from duo.service.config import ModelConfig, SpecConfig
+from duo.service.session import Session
 
 MODES = ("target-1", "target-all", "sync", "async", "lead+back")
 PEER_MODES = ("llama.cpp", "llama.cpp-spec")  # llama.cpp's own binaries, when available

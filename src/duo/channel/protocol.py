@@ -4,7 +4,7 @@ One WebSocket binary message per frame: a 1-byte type, then fixed little-endian 
 then token IDs packed at the width agreed in the handshake (2 bytes when the vocabulary
 has at most 65536 tokens, else 4). Only token IDs and small integers cross the wire.
 
-    back -> lead   HELLO    version u16, n_vocab u32, max_ahead u16, fingerprint 8 bytes, name
+    back -> lead   HELLO    version u16, n_vocab u32, fingerprint 8 bytes, name (<= 64 bytes)
     lead -> back   WELCOME  version u16, token width u8
     lead -> back   REFUSE   reason (utf-8), then the lead closes the connection
     lead -> back   BEGIN    session u32, prompt tokens          (a new generation)
@@ -16,6 +16,7 @@ has at most 65536 tokens, else 4). Only token IDs and small integers cross the w
                                                                  DRAFT/APPEND of this session)
 
 A back drafts one token at a time, so most of its frames are APPENDs: 1 byte of header.
+A lead takes at most MAX_DRAFT_TOKENS tokens in one DRAFT or APPEND (more cannot be used).
 """
 
 from __future__ import annotations
@@ -27,13 +28,15 @@ from dataclasses import dataclass
 
 from duo.errors import ProtocolError
 
-VERSION = 1
+VERSION = 2
 PATH = "/v1/drafter"
 MAX_TOKENS_PER_FRAME = 1 << 16
+MAX_DRAFT_TOKENS = 256  # per DRAFT/APPEND frame: far more than a round verifies
+MAX_NAME = 64  # bytes of a drafter's name
 
 HELLO, WELCOME, REFUSE, BEGIN, COMMIT, END, DRAFT, APPEND = range(1, 9)
 
-_HELLO = struct.Struct("<BHIH8s")
+_HELLO = struct.Struct("<BHI8s")
 _WELCOME = struct.Struct("<BHB")
 _SESSION = struct.Struct("<BI")
 _POSITIONED = struct.Struct("<BII")
@@ -43,7 +46,6 @@ _POSITIONED = struct.Struct("<BII")
 class Hello:
     version: int
     n_vocab: int
-    max_ahead: int
     fingerprint: str  # 16 hex digits
     name: str
 
@@ -103,22 +105,29 @@ def _pack_tokens(tokens: Sequence[int], width: int) -> bytes:
         raise ProtocolError("token ID does not fit the agreed width") from None
 
 
-def _unpack_tokens(data: bytes, width: int) -> tuple[int, ...]:
+def _unpack_tokens(data: bytes, width: int, most: int = MAX_TOKENS_PER_FRAME) -> tuple[int, ...]:
     if len(data) % width:
         raise ProtocolError("token payload is not a whole number of tokens")
-    if len(data) // width > MAX_TOKENS_PER_FRAME:
-        raise ProtocolError("too many tokens in one frame")
+    if len(data) // width > most:
+        raise ProtocolError(f"more than {most} tokens in one frame")
     values = array("H" if width == 2 else "I")
     values.frombytes(data)
     return tuple(values)
 
 
+def printable(raw: bytes) -> str:
+    """A peer's name as it may be shown: MAX_NAME bytes at most, no control characters
+    (no forged log lines, no terminal escapes)."""
+    text = raw[:MAX_NAME].decode("utf-8", "replace")
+    return "".join(c for c in text if c.isprintable())
+
+
 def encode(msg: Message, width: int = 4) -> bytes:
     match msg:
-        case Hello(version, n_vocab, max_ahead, fingerprint, name):
+        case Hello(version, n_vocab, fingerprint, name):
             return (
-                _HELLO.pack(HELLO, version, n_vocab, max_ahead, bytes.fromhex(fingerprint))
-                + (name.encode()[:64])
+                _HELLO.pack(HELLO, version, n_vocab, bytes.fromhex(fingerprint))
+                + (name.encode()[:MAX_NAME])
             )
         case Welcome(version, w):
             return _WELCOME.pack(WELCOME, version, w)
@@ -145,9 +154,8 @@ def decode(data: bytes | str, width: int = 4) -> Message:
     kind = data[0]
     try:
         if kind == HELLO:
-            _, version, n_vocab, max_ahead, fp = _HELLO.unpack_from(data)
-            name = data[_HELLO.size :].decode("utf-8", "replace")
-            return Hello(version, n_vocab, max_ahead, fp.hex(), name)
+            _, version, n_vocab, fp = _HELLO.unpack_from(data)
+            return Hello(version, n_vocab, fp.hex(), printable(data[_HELLO.size :]))
         if kind == WELCOME:
             _, version, w = _WELCOME.unpack(data)
             if w not in (2, 4):
@@ -171,3 +179,24 @@ def decode(data: bytes | str, width: int = 4) -> Message:
     except struct.error:
         raise ProtocolError(f"truncated frame of type {kind}") from None
     raise ProtocolError(f"unknown frame type {kind}")
+
+
+def decode_draft(data: bytes, width: int, n_vocab: int) -> DraftMsg | Append:
+    """Parse a frame from a back: only DRAFT or APPEND, at most MAX_DRAFT_TOKENS tokens,
+    every token inside the vocabulary (checked in C: max() over the packed array)."""
+    kind = data[0] if data else None
+    try:
+        if kind == DRAFT:
+            _, session, start = _POSITIONED.unpack_from(data)
+            msg: DraftMsg | Append = DraftMsg(
+                session, start, _unpack_tokens(data[_POSITIONED.size :], width, MAX_DRAFT_TOKENS)
+            )
+        elif kind == APPEND:
+            msg = Append(_unpack_tokens(data[1:], width, MAX_DRAFT_TOKENS))
+        else:
+            raise ProtocolError(f"a drafter may only send drafts, got a frame of type {kind}")
+    except struct.error:
+        raise ProtocolError(f"truncated frame of type {kind}") from None
+    if msg.tokens and max(msg.tokens) >= n_vocab:
+        raise ProtocolError("draft token outside the vocabulary")
+    return msg

@@ -16,6 +16,8 @@ from typing import Any
 
 import httpx
 
+from duo.cli.args import positive
+
 DIM = "\x1b[2m"
 RESET = "\x1b[0m"
 TIMEOUT = httpx.Timeout(300.0, connect=10.0)  # reads may wait out a busy lead's queue
@@ -234,8 +236,6 @@ def http_url(text: str) -> str:
 
 
 def add_chat_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from duo.cli.main import positive  # here, not at the top: duo.cli imports this module
-
     chat = sub.add_parser("chat", help="chat with a running lead in the terminal")
     chat.add_argument(
         "--url", type=http_url, default="http://127.0.0.1:5555", help="the lead's URL"

@@ -8,184 +8,63 @@ import os
 import shutil
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from duo import __version__
-from duo.bench.projections import add_sim_parser
 from duo.bench.suite import MODES as BENCH_MODES
 from duo.bench.suite import PEER_MODES
+from duo.cli.args import (
+    add_model_args,
+    add_rpc_arg,
+    add_sampling_args,
+    add_spec_args,
+    model_config,
+    positive,
+    sampling_params,
+    spec_config,
+)
 from duo.cli.chat import add_chat_parser
+from duo.cli.rpc_server import add_rpc_server_parser
 from duo.cli.serve import add_back_parser, add_lead_parser
-from duo.core.console import TokenPrinter
-from duo.core.sampling import SamplingParams
+from duo.cli.sim import add_sim_parser
+from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
+from duo.core.text import TextStream
 from duo.errors import DuoError, UsageError
 from duo.llama.models import PAIRS, is_ready, prepare, verify_file
-from duo.llama.rpc import add_rpc_arg, add_rpc_server_parser, setup_rpc
-from duo.service.local import MODES, ModelConfig, Session, SpecConfig, parse_pin, resolve_models
+from duo.llama.rpc import setup_rpc
+from duo.service.config import MODES, ModelConfig, SpecConfig, parse_pin
+from duo.service.session import Session
 
 DEMO_PROMPT = "Explain the difference between concurrency and parallelism in Python."
 
 
-def positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
-
-
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("models")
-    g.add_argument("-m", "--model", help="main model GGUF (default: the default pair's main)")
-    g.add_argument("-md", "--model-draft", help="draft model GGUF (default: the pair's draft)")
-    g.add_argument("--pair", help=f"a named default pair: {', '.join(PAIRS)} (default smollm2)")
-    g.add_argument("-t", "--threads", type=positive, default=1, help="main model threads")
-    g.add_argument("-td", "--threads-draft", type=positive, default=1, help="draft threads")
-    g.add_argument(
-        "-ngl", "--n-gpu-layers", type=non_negative, default=0, help="main layers on GPU"
-    )
-    g.add_argument(
-        "-ngld", "--n-gpu-layers-draft", type=non_negative, default=0, help="draft layers on GPU"
-    )
-    g.add_argument("-c", "--ctx-size", type=positive, default=4096, help="context size")
-
-
-def add_spec_args(p: argparse.ArgumentParser, *, modes: bool = True) -> None:
-    g = p.add_argument_group("speculation")
-    if modes:
-        g.add_argument(
-            "--mode",
-            choices=MODES,
-            default="async",
-            help="target: main model alone; sync: draft then verify; "
-            "async: concurrent drafter (default %(default)s)",
-        )
-    g.add_argument(
-        "--draft",
-        type=positive,
-        default=8,
-        metavar="K",
-        help="most draft tokens verified per round (default %(default)s)",
-    )
-    g.add_argument(
-        "--max-ahead",
-        type=positive,
-        default=12,
-        metavar="N",
-        help="how far the async drafter runs past the commits (default %(default)s)",
-    )
-    g.add_argument(
-        "--policy",
-        choices=("adaptive", "fixed"),
-        default="adaptive",
-        help="async: verify only the draft prefix worth its cost (adaptive, default) "
-        "or every draft token ready (fixed)",
-    )
-    g.add_argument(
-        "--pin", metavar="MAIN:DRAFT", help="pin main and drafter to cores, e.g. 0:1 (Linux)"
-    )
-    g.add_argument(
-        "--deterministic",
-        action="store_true",
-        help="evaluate every round as a batch, so every mode computes bit-identical logits "
-        "(a seed then gives the same text in every mode; slower on CPUs)",
-    )
-
-
-def add_sampling_args(
-    p: argparse.ArgumentParser, temperature: float = 0.8, stops: bool = True
-) -> None:
-    g = p.add_argument_group("sampling (lossless: speculation never changes the distribution)")
-    g.add_argument(
-        "--temp",
-        type=float,
-        default=temperature,
-        help="temperature, 0 = greedy (default %(default)s)",
-    )
-    g.add_argument("--top-k", type=int, default=40, help="0 = off (default %(default)s)")
-    g.add_argument("--top-p", type=float, default=0.95, help="1 = off (default %(default)s)")
-    g.add_argument("--min-p", type=float, default=0.05, help="0 = off (default %(default)s)")
-    g.add_argument(
-        "--repeat-penalty", type=float, default=1.0, help="1 = off (default %(default)s)"
-    )
-    g.add_argument(
-        "--repeat-last-n",
-        type=int,
-        default=64,
-        help="history the penalty looks at (default %(default)s)",
-    )
-    g.add_argument(
-        "--seed",
-        type=int,
-        default=None,
-        help="random seed: the same seed gives the same text (default: random)",
-    )
-    if stops:
-        g.add_argument(
-            "--stop",
-            action="append",
-            default=[],
-            metavar="TEXT",
-            help="stop before this text (repeatable)",
-        )
-
-
-def sampling_params(args: argparse.Namespace) -> SamplingParams:
-    return SamplingParams(
-        temperature=args.temp,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        repeat_penalty=args.repeat_penalty,
-        repeat_last_n=args.repeat_last_n,
-        seed=args.seed,
-    ).check()
-
-
-def model_config(args: argparse.Namespace, *, need_draft: bool) -> ModelConfig:
-    main, draft = resolve_models(args.model, args.model_draft if need_draft else None, args.pair)
-    return ModelConfig(
-        main=main,
-        draft=draft if need_draft else None,
-        threads=args.threads,
-        draft_threads=args.threads_draft,
-        n_gpu_layers=args.n_gpu_layers,
-        n_gpu_layers_draft=args.n_gpu_layers_draft,
-        n_ctx=args.ctx_size,
-    )
-
-
-def spec_config(args: argparse.Namespace, mode: str | None = None) -> SpecConfig:
-    main_cores, draft_cores = parse_pin(args.pin)
-    return SpecConfig(
-        mode=str(mode or getattr(args, "mode", "async")),
-        draft_max=args.draft,
-        max_ahead=args.max_ahead,
-        main_cores=main_cores,
-        draft_cores=draft_cores,
-        adaptive=args.policy == "adaptive",
-        deterministic=args.deterministic,
-    )
-
-
 def prompt_tokens(session: Session, text: str, chat: bool) -> list[int]:
     if chat:
-        text = session.main.render_chat([{"role": "user", "content": text}])
-        return session.main.tokenize(text, add_special=False)
+        return session.chat_tokens([{"role": "user", "content": text}])
     return session.main.tokenize(text)
+
+
+def show_generation(
+    session: Session,
+    prompt: list[int],
+    n_predict: int,
+    *,
+    color: bool,
+    sampling: SamplingParams,
+    stops: list[str] | None = None,
+) -> Stats:
+    """Generate, printing the text as it comes (accepted draft text in green)."""
+    text = TextStream(session.main.piece, stops or ())
+    stats = Stats()
+    for r in session.rounds(prompt, n_predict, stats, sampling):
+        chunk = text.feed(r)
+        print(chunk.colored() if color else chunk.text, end="", flush=True)
+        if text.stopped:
+            break
+    print(text.finish(), flush=True)
+    return stats
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -204,13 +83,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     with Session(config, spec) as session:
         tokens = prompt_tokens(session, text, args.chat)
-        show = TokenPrinter(session.main.piece, color, stops=args.stop)
-        stats = Stats()
-        for r in session.rounds(tokens, args.n_predict, stats, sampling):
-            if show(r):
-                break
-        show.finish()
-    print(flush=True)
+        stats = show_generation(
+            session, tokens, args.n_predict, color=color, sampling=sampling, stops=args.stop
+        )
     for line in stats.summary():
         print(line, file=sys.stderr)
     return 0
@@ -222,12 +97,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     config = model_config(args, need_draft=True)
     color = sys.stdout.isatty()
     results = {}
-    for mode in ("target", "sync", "async"):
+    for mode in MODES:
         print(f"\n=== {mode} ===", flush=True)
-        with Session(config, SpecConfig(**{**spec.__dict__, "mode": mode})) as session:
+        with Session(config, replace(spec, mode=mode)) as session:
             tokens = prompt_tokens(session, args.prompt, chat=True)
-            stats = session.run(tokens, args.n_predict, TokenPrinter(session.main.piece, color))
-        print()
+            stats = show_generation(session, tokens, args.n_predict, color=color, sampling=GREEDY)
         for line in stats.summary():
             print(line)
         results[mode] = stats
@@ -267,7 +141,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from duo import bench
+    from duo.bench import suite as bench
 
     prompts = bench.load_prompts(args.prompts)
     if args.repeat > 1 and len(prompts) < 2:

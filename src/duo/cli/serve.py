@@ -4,24 +4,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import errno
-import ipaddress
 import logging
 import os
-import socket
 import sys
 
-from duo.errors import UsageError
-from duo.llama.rpc import add_rpc_arg, setup_rpc
-from duo.service.local import parse_pin
+from duo.cli.args import (
+    add_model_args,
+    add_rpc_arg,
+    add_spec_args,
+    model_config,
+    non_negative,
+    positive,
+    spec_config,
+)
+from duo.llama.rpc import setup_rpc
+from duo.net import check_port, free_port, is_loopback
+from duo.service.config import parse_pin
 from duo.service.supervise import WORKER_ENV
 
 log = logging.getLogger(__name__)
 
+# The largest WebSocket message the lead accepts: drafters send small frames (a HELLO, or
+# at most duo.channel.protocol.MAX_DRAFT_TOKENS tokens); nothing else arrives on a socket.
+WS_MAX_SIZE = 16 * 1024
+
 
 def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from duo.cli.main import add_model_args, add_spec_args, positive
-
     lead = sub.add_parser("lead", help="serve the main model: OpenAI-compatible API + drafters")
     add_model_args(lead)
     add_rpc_arg(lead)
@@ -35,8 +43,6 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def add_back_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from duo.cli.main import non_negative, positive
-
     back = sub.add_parser("back", help="run a drafter for a lead (on a spare device or machine)")
     back.add_argument("-m", "--model", help="draft model GGUF (default: the default pair's draft)")
     back.add_argument("--pair", help="take the draft model of this named pair")
@@ -58,33 +64,13 @@ def add_back_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     back.set_defaults(func=cmd_back)
 
 
-def _check_port(host: str, port: int) -> None:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                raise UsageError(f"port {port} on {host} is already in use") from None
-            raise UsageError(f"cannot listen on {host}:{port}: {e.strerror}") from None
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
 def cmd_lead(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from duo.cli.main import model_config, spec_config
-    from duo.service.api import Api
-    from duo.service.lead import Lead, LeadConfig
+    from duo.service.build import build_lead
+    from duo.service.lead import LeadConfig
 
-    _check_port(args.host, args.port)
+    check_port(args.host, args.port)
     if not args.verbose:  # one INFO line per request, drafters joining and leaving
         logging.getLogger("duo").setLevel(logging.INFO)
     if args.rpc and not os.environ.get(WORKER_ENV):
@@ -100,16 +86,15 @@ def cmd_lead(args: argparse.Namespace) -> int:
         console=not args.quiet,
         color=sys.stdout.isatty(),
     )
-    if not _is_loopback(args.host) and not args.api_key:
+    if not is_loopback(args.host) and not args.api_key:
         print(
             f"duo lead: warning: listening on {args.host} without --api-key; anyone who can "
             "reach this address can use the model",
             file=sys.stderr,
         )
     setup_rpc(args.rpc, n_gpu_layers=args.n_gpu_layers)
-    lead = Lead(config)
+    service = build_lead(config)
     try:
-        app = Api(lead).app()
         local = f" + local drafter {models.draft.name}" if models.draft else ""
         print(
             f"duo lead: {models.main.name}{local} on http://{args.host}:{args.port} "
@@ -117,11 +102,18 @@ def cmd_lead(args: argparse.Namespace) -> int:
             flush=True,
         )
         server = uvicorn.Server(
-            uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", lifespan="off")
+            uvicorn.Config(
+                service.app,
+                host=args.host,
+                port=args.port,
+                log_level="warning",
+                lifespan="off",
+                ws_max_size=WS_MAX_SIZE,
+            )
         )
         server.run()
     finally:
-        lead.close()
+        service.close()
     return 0
 
 
@@ -134,7 +126,7 @@ def supervise_lead(args: argparse.Namespace) -> int:
 
     for endpoint in parse_endpoints(args.rpc):
         probe(endpoint)  # fail now, in one line, rather than in a restart loop
-    port = _free_port()
+    port = free_port()
     supervisor = Supervisor(Worker(worker_argv(args.argv, port), port))
     print(
         f"duo lead: supervising the model's worker (rpc-servers {args.rpc}) "
@@ -147,16 +139,10 @@ def supervise_lead(args: argparse.Namespace) -> int:
     return 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def cmd_back(args: argparse.Namespace) -> int:
     from duo.channel.back import Back, BackConfig, Refused, drafter_url
     from duo.llama.backend import Model
-    from duo.service.local import resolve_models
+    from duo.service.config import resolve_models
 
     drafter_url(args.lead)  # a bad URL fails before the model loads
     if args.model is None:

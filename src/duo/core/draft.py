@@ -72,8 +72,11 @@ def advance(committed: Sequence[int], draft: Draft | None) -> Draft | None:
     return draft if overlap == 0 else Draft(end, draft.tokens[overlap:])
 
 
-def usable(committed: Sequence[int], draft: Draft | None, limit: int, n_vocab: int) -> list[int]:
-    """The part of `draft` that continues `committed`: at most `limit` in-vocabulary tokens.
+def usable(
+    committed: Sequence[int], draft: Draft | None, limit: int, n_vocab: int | None = None
+) -> list[int]:
+    """The part of `draft` that continues `committed`: at most `limit` in-vocabulary tokens
+    (n_vocab None: the tokens were checked where they came in).
 
     Returns [] when the draft does not line up with the committed tokens (a stale draft
     from before a correction, a gap, a wrong position); such drafts cost nothing.
@@ -81,6 +84,8 @@ def usable(committed: Sequence[int], draft: Draft | None, limit: int, n_vocab: i
     current = advance(committed, draft)
     if current is None or limit <= 0:
         return []
+    if n_vocab is None:
+        return list(current.tokens[:limit])
     out: list[int] = []
     for token in current.tokens[:limit]:
         if not 0 <= token < n_vocab:

@@ -13,13 +13,33 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from duo.core.policy import FixedPolicy, Policy
-from duo.core.sampling import Greedy, Sampler
+from duo.core.sampling import Greedy, Logits, Sampler
 from duo.core.verify import verify
 from duo.errors import PromptTooLong, UsageError
-from duo.llama.backend import Logits, Model
+
+Finish = Literal["stop", "length"]  # an end-of-generation token / the token budget
+
+
+class MainModel(Protocol):
+    """What the loop needs of the main model (duo.llama.backend.Model, or a fake)."""
+
+    n_ctx: int
+
+    def decode(self, tokens: Sequence[int], *, all_logits: bool = True) -> Logits:
+        """Append tokens to the KV cache; logits for every position (or the last)."""
+        ...
+
+    def truncate(self, n: int) -> None:
+        """Forget the KV entries at positions >= n."""
+
+    def reuse_prefix(self, tokens: Sequence[int]) -> int:
+        """Keep the longest KV prefix shared with tokens; return its length."""
+        ...
+
+    def is_eog(self, token: int) -> bool: ...
 
 
 class DraftSource(Protocol):
@@ -69,8 +89,8 @@ class Round:
     drafted: int  # draft tokens tested
     accepted: int  # of which the main model agreed with
     seconds: float  # wall time of the round
-    decode_seconds: float  # of which inside llama_decode
-    finish: str | None = None  # "stop" (end of generation token) / "length" / None
+    llama_seconds: float  # of which inside llama_decode
+    finish: Finish | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +102,7 @@ class Prefill:
     seconds: float
 
 
-def prefill(main: Model, prompt: Sequence[int]) -> Prefill:
+def prefill(main: MainModel, prompt: Sequence[int]) -> Prefill:
     """Fill the main KV with all prompt tokens but the last (the first round feeds it)."""
     if not prompt:
         raise UsageError("the prompt is empty")
@@ -99,7 +119,7 @@ def prefill(main: Model, prompt: Sequence[int]) -> Prefill:
 
 
 def generate(
-    main: Model,
+    main: MainModel,
     prompt: Sequence[int],
     *,
     max_tokens: int,
@@ -175,7 +195,7 @@ def _sampler_at(
     return sample_at
 
 
-def _finish(main: Model, tokens: tuple[int, ...]) -> tuple[tuple[int, ...], str | None]:
+def _finish(main: MainModel, tokens: tuple[int, ...]) -> tuple[tuple[int, ...], Finish | None]:
     """Cut the emitted tokens at an end-of-generation token (which is not emitted)."""
     for i, token in enumerate(tokens):
         if main.is_eog(token):

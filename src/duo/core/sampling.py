@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from duo.errors import UsageError
-from duo.llama.backend import Logits
+
+Logits = npt.NDArray[np.float32]  # one row of logits per evaluated position
 
 
 class Sampler(Protocol):

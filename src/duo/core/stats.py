@@ -35,7 +35,7 @@ class Stats:
         self.drafted += r.drafted
         self.accepted += r.accepted
         self.decode_seconds += r.seconds
-        self.llama_seconds += r.decode_seconds
+        self.llama_seconds += r.llama_seconds
         self.trace.append((r.drafted, r.accepted))
         while len(self.drafted_at) < r.drafted:
             self.drafted_at.append(0)
@@ -93,20 +93,3 @@ class Stats:
             f"mean acceptance length {self.mean_acceptance_length:.2f} "
             f"({self.rounds} rounds)",
         ]
-
-    def as_dict(self) -> dict[str, float | int | list[int]]:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "prefill_seconds": self.prefill_seconds,
-            "tokens": self.tokens,
-            "decode_seconds": self.decode_seconds,
-            "tokens_per_second": self.tokens_per_second,
-            "rounds": self.rounds,
-            "draft_n": self.drafted,
-            "draft_n_accepted": self.accepted,
-            "acceptance_rate": self.acceptance_rate,
-            "mean_acceptance_length": self.mean_acceptance_length,
-            "overhead_ms_per_round": self.overhead_ms_per_round,
-            "accepted_at": list(self.accepted_at),
-            "drafted_at": list(self.drafted_at),
-        }

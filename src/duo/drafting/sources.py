@@ -15,7 +15,6 @@ class SyncDrafts:
 
     def __init__(self, model: Model) -> None:
         self.mirror = Mirror(model)
-        self.drafted_seconds = 0.0
 
     def begin(self, prompt: Sequence[int]) -> None:
         pass

@@ -22,13 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
+from duo.core.sampling import Logits
 from duo.errors import ModelError, PromptTooLong
 
 log = logging.getLogger(__name__)
 
-Logits = npt.NDArray[np.float32]
 
 _GGUF_MAGIC = b"GGUF"
 _init_lock = threading.Lock()
@@ -209,9 +208,6 @@ class Model:
             cached = self._pieces[token] = buf.raw[:n]
         return cached
 
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
-
     def is_eog(self, token: int) -> bool:
         return bool(self._lib.llama_vocab_is_eog(self._vocab, token))
 
@@ -232,12 +228,6 @@ class Model:
         return self._fingerprint
 
     # -- metadata --------------------------------------------------------------------
-
-    @property
-    def description(self) -> str:
-        buf = ctypes.create_string_buffer(256)
-        self._lib.llama_model_desc(self._model, buf, 256)
-        return buf.value.decode("utf-8", "replace")
 
     def chat_template(self) -> str | None:
         raw = self._lib.llama_model_chat_template(self._model, None)

@@ -21,7 +21,6 @@ server reachable from a network lends this machine's compute and memory to anyon
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import importlib.util
 import ipaddress
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from duo.errors import UsageError
+from duo.net import check_port
 
 log = logging.getLogger(__name__)
 
@@ -178,25 +178,17 @@ def register(endpoints: list[str], timeout: float = 5.0) -> list[str]:
         return [name for names in _registered.values() for name in names]
 
 
-def setup_rpc(text: str | None, *, n_gpu_layers: int, flag: str = "-ngl") -> None:
+def setup_rpc(text: str | None, *, n_gpu_layers: int) -> None:
     """--rpc TEXT: register its servers (before any model loads); no-op without the flag."""
     if text is None:
         return
     register(parse_endpoints(text))
     if n_gpu_layers == 0:
         print(
-            f"duo: warning: --rpc without {flag}: no layers go to the RPC servers "
-            f"(use {flag} 99 to put them all there)",
+            "duo: warning: --rpc without -ngl: no layers go to the RPC servers "
+            "(use -ngl 99 to put them all there)",
             file=sys.stderr,
         )
-
-
-def add_rpc_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    parser.add_argument(
-        "--rpc",
-        metavar="HOST:PORT[,...]",
-        help="put the layers given by -ngl on these `duo rpc-server`s (llama.cpp RPC)",
-    )
 
 
 def _client_ggml() -> ctypes.CDLL:
@@ -244,8 +236,6 @@ def serve(
     raises KeyboardInterrupt in the calling thread, but ggml's server thread cannot be
     stopped: end the process (os._exit) afterwards.
     """
-    from duo.cli.serve import _check_port
-
     try:
         ipaddress.IPv4Address(host)
     except ValueError:
@@ -253,7 +243,7 @@ def serve(
             f"--host {host}: llama.cpp's RPC server binds an IPv4 address "
             "(such as 127.0.0.1 or 0.0.0.0), not a name"
         ) from None
-    _check_port(host, port)
+    check_port(host, port)
     cache = None
     if cache_dir is not None:
         try:
@@ -327,67 +317,3 @@ def _proc(ggml: ctypes.CDLL, name: str) -> int:
             "-DGGML_RPC=ON, as scripts/llama-wheel.sh does)"
         )
     return int(address)
-
-
-# -- duo rpc-server ----------------------------------------------------------------------
-
-
-def add_rpc_server_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from duo.cli.main import positive
-
-    threads = max(1, len(os.sched_getaffinity(0)) // 2)
-    p = sub.add_parser(
-        "rpc-server", help="lend this machine's CPU to a main model elsewhere (llama.cpp RPC)"
-    )
-    p.add_argument("--host", default="127.0.0.1", help="IPv4 address to bind (default %(default)s)")
-    p.add_argument("--port", type=positive, default=DEFAULT_PORT, help="port (default %(default)s)")
-    p.add_argument(
-        "-t", "--threads", type=positive, default=threads, help="CPU threads (default %(default)s)"
-    )
-    p.add_argument(
-        "--cache",
-        metavar="DIR",
-        type=Path,
-        help="keep received tensors in DIR, so a client reloading the model sends only hashes",
-    )
-    p.set_defaults(func=cmd_rpc_server)
-
-
-def cmd_rpc_server(args: argparse.Namespace) -> int:
-    def ready(device: str) -> None:
-        if not _is_loopback(args.host):
-            _warn_exposed(args.host, args.port)
-        reach = "THIS_HOST" if args.host == "0.0.0.0" else args.host
-        print(
-            f"duo rpc-server: serving {device} with {args.threads} thread(s) on "
-            f"{args.host}:{args.port} (clients: --rpc {reach}:{args.port})",
-            flush=True,
-        )
-
-    try:
-        serve(args.host, args.port, args.threads, args.cache, ready)
-    except KeyboardInterrupt:
-        print("duo rpc-server: stopped", file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        os._exit(0)  # ggml's server thread sits in accept() and cannot be joined
-    return 0
-
-
-def _warn_exposed(host: str, port: int) -> None:
-    bar = "!" * 88
-    print(
-        f"{bar}\n"
-        f"duo rpc-server: WARNING: listening on {host}:{port}, reachable from other machines.\n"
-        "The llama.cpp RPC protocol has NO authentication and NO encryption: anyone who can\n"
-        "connect can use this machine's compute and memory. Use a trusted private network.\n"
-        f"{bar}",
-        file=sys.stderr,
-        flush=True,
-    )
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -25,9 +25,11 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from duo.channel import protocol
+from duo.channel.endpoint import Authorize, DrafterEndpoint
 from duo.core.sampling import SamplingParams
 from duo.errors import DuoError, PromptTooLong
 from duo.service.lead import Delta, Done, Failed, Job, Lead
+from duo.service.metrics import Metrics
 from duo.service.openai_format import (
     ApiError,
     chat_messages,
@@ -42,8 +44,14 @@ from duo.service.openai_format import (
 
 
 class Api:
-    def __init__(self, lead: Lead) -> None:
+    def __init__(
+        self, lead: Lead, metrics: Metrics, drafters: DrafterEndpoint, authorize: Authorize
+    ) -> None:
         self.lead = lead
+        self.info = lead.info
+        self._metrics = metrics
+        self.drafters = drafters
+        self.authorize = authorize
 
     def app(self) -> Starlette:
         routes = [
@@ -76,8 +84,7 @@ class Api:
         return error_response(500, "internal server error", kind="server_error")
 
     def _authorize(self, request: Request) -> None:
-        key = self.lead.config.api_key
-        if key is not None and request.headers.get("authorization") != f"Bearer {key}":
+        if not self.authorize(request.headers.get("authorization")):
             raise ApiError(
                 401,
                 "invalid or missing API key",
@@ -92,24 +99,21 @@ class Api:
 
     async def metrics(self, request: Request) -> Response:
         self._authorize(request)
-        text = self.lead.metrics.render(
-            self.lead.hub.wire, self.lead.hub.connected, self.lead.local is not None
-        )
-        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(self._metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def models(self, request: Request) -> Response:
         self._authorize(request)
         model = {
-            "id": self.lead.model_name,
+            "id": self.info.name,
             "object": "model",
             "created": 0,
             "owned_by": "duo",
-            "meta": {"n_ctx": self.lead.main.n_ctx, "n_vocab": self.lead.main.n_vocab},
+            "meta": {"n_ctx": self.info.n_ctx, "n_vocab": self.info.n_vocab},
         }
         return JSONResponse({"object": "list", "data": [model]})
 
     async def drafter(self, ws: WebSocket) -> None:
-        await self.lead.hub.serve(ws)
+        await self.drafters.serve(ws)
 
     async def completions(self, request: Request) -> Response:
         self._authorize(request)
@@ -123,7 +127,7 @@ class Api:
             isinstance(prompt, list)
             and prompt
             and all(
-                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < self.lead.main.n_vocab
+                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < self.info.n_vocab
                 for t in prompt
             )
         ):
@@ -132,13 +136,13 @@ class Api:
             raise ApiError(
                 400, "'prompt' must be a non-empty string or a list of token IDs", param="prompt"
             )
-        max_tokens, stops, sampling = sampling_fields(body, 16, self.lead.main.n_ctx)
+        max_tokens, stops, sampling = sampling_fields(body, 16, self.info.n_ctx)
         job = self._job(tokens, max_tokens, stops, sampling)
         meta = {
             "id": f"cmpl-{uuid.uuid4().hex[:24]}",
             "object": "text_completion",
             "created": int(time.time()),
-            "model": self.lead.model_name,
+            "model": self.info.name,
         }
 
         def choice(text: str, finish: str | None) -> dict[str, Any]:
@@ -163,14 +167,12 @@ class Api:
         body = await read_body(request)
         messages = chat_messages(body)
         tokens = self.lead.tokenize_chat(messages)
-        max_tokens, stops, sampling = sampling_fields(
-            body, self.lead.main.n_ctx, self.lead.main.n_ctx
-        )
+        max_tokens, stops, sampling = sampling_fields(body, self.info.n_ctx, self.info.n_ctx)
         job = self._job(tokens, max_tokens, stops, sampling)
         meta = {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
             "created": int(time.time()),
-            "model": self.lead.model_name,
+            "model": self.info.name,
         }
 
         if field(body, "stream", bool, False):

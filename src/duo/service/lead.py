@@ -1,34 +1,31 @@
-"""The lead: the main model, its draft sources, and a queue of generation jobs.
+"""The lead: generation jobs, run one at a time on the engine thread.
 
-One engine thread owns the main model's context and runs one job at a time; requests
-wait their turn on an asyncio lock (concurrent clients wait, never fail). Draft sources
-are the connected backs (duo.hub) and, with -md, a drafter thread of the lead's own.
+One engine thread owns the main model's context (the Session). Requests take turns: each
+waits for the previous one to finish (concurrent clients wait, never fail), then runs as a
+job whose text streams back as events. A job is cancelled when its consumer goes away.
 """
 
 from __future__ import annotations
 
 import asyncio
-import codecs
 import logging
-import os
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TextIO
 
-from duo.channel.hub import Hub
-from duo.core.console import TokenPrinter
-from duo.core.engine import DraftSource, Round, generate
-from duo.core.policy import AdaptivePolicy, FixedPolicy, Policy, calibrate
+from duo.channel.backs import Backs
+from duo.core.engine import Finish
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
-from duo.core.stops import StopMatcher
-from duo.drafting.sources import Longest, ThreadDrafts
-from duo.errors import DuoError, PromptTooLong
-from duo.llama.backend import Model
-from duo.service.local import ModelConfig, SpecConfig, check_compatible
+from duo.core.text import Chunk, TextStream
+from duo.errors import DuoError, PromptTooLong, UsageError
+from duo.service.config import ModelConfig, SpecConfig
 from duo.service.metrics import Metrics
+from duo.service.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +48,7 @@ class Delta:
 
 @dataclass(frozen=True)
 class Done:
-    finish_reason: str  # "stop" | "length"
+    finish_reason: Finish
     stats: Stats
 
 
@@ -72,86 +69,79 @@ class Job:
     cancelled: threading.Event = field(default_factory=threading.Event)
 
 
-class Lead:
-    def __init__(self, config: LeadConfig) -> None:
-        self.config = config
-        models, spec = config.models, config.spec
-        self.main = Model(
-            models.main,
-            n_ctx=models.n_ctx,
-            n_threads=models.threads,
-            n_gpu_layers=models.n_gpu_layers,
-        )
-        self.model_name = models.main.stem
-        self.hub = Hub(
-            n_vocab=self.main.n_vocab, fingerprint=self.main.fingerprint, api_key=config.api_key
-        )
-        self.local: ThreadDrafts | None = None
-        self.drafts: DraftSource = self.hub
-        if models.draft is not None:
-            draft = Model(
-                models.draft,
-                n_ctx=self.main.n_ctx,
-                n_threads=models.draft_threads,
-                n_gpu_layers=models.n_gpu_layers_draft,
-            )
-            check_compatible(self.main, draft)
-            cores = set(spec.draft_cores) if spec.draft_cores else None
-            self.local = ThreadDrafts(draft, max_ahead=spec.max_ahead, cores=cores)
-            self.drafts = Longest([self.local, self.hub])
-        self.metrics = Metrics()
-        self.executor = ThreadPoolExecutor(1, "engine", initializer=self._pin)
-        self.policy: Policy = FixedPolicy()
-        if spec.adaptive:
-            costs = self.executor.submit(calibrate, self.main, spec.draft_max + 1).result()
-            self.policy = AdaptivePolicy(costs)
-        self.busy = asyncio.Lock()
-        self.queued = 0
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    n_ctx: int
+    n_vocab: int
 
-    def _pin(self) -> None:
-        if self.config.spec.main_cores:
-            os.sched_setaffinity(0, self.config.spec.main_cores)
+
+class Console:
+    """The lead's console: each generation as it happens, accepted draft text in green."""
+
+    def __init__(self, color: bool, out: TextIO | None = None) -> None:
+        self.color = color
+        self.out = out or sys.stdout
+
+    def show(self, chunk: Chunk | str) -> None:
+        text = chunk if isinstance(chunk, str) else chunk.colored() if self.color else chunk.text
+        self.out.write(text)
+        self.out.flush()
+
+
+class Lead:
+    def __init__(
+        self, session: Session, backs: Backs, metrics: Metrics, console: Console | None = None
+    ) -> None:
+        self.session = session
+        self.backs = backs
+        self.metrics = metrics
+        self.console = console
+        main = session.main
+        self.info = ModelInfo(main.path.stem, main.n_ctx, main.n_vocab)
+        self._engine = ThreadPoolExecutor(1, "engine")
+        self._engine.submit(session.policy).result()  # calibrate on the engine thread
+        self._turn = asyncio.Lock()  # one job at a time; the others wait for their turn
+        self.waiting = 0
 
     def close(self) -> None:
-        self.executor.shutdown(wait=True)
-        if self.local is not None:
-            self.local.close()
-            self.local.worker.mirror.model.close()
-        self.main.close()
+        self._engine.shutdown(wait=True)
+        self.session.close()
 
     # -- prompts --------------------------------------------------------------------------
 
     def tokenize_chat(self, messages: list[dict[str, str]]) -> list[int]:
-        return self.main.tokenize(self.main.render_chat(messages), add_special=False)
+        return self.session.chat_tokens(messages)
 
     def tokenize(self, text: str) -> list[int]:
-        return self.main.tokenize(text)
+        return self.session.main.tokenize(text)
 
     def check_fits(self, prompt: list[int]) -> None:
         if not prompt:
-            raise DuoError("the prompt is empty")
-        if len(prompt) >= self.main.n_ctx:
+            raise UsageError("the prompt is empty")
+        if len(prompt) >= self.info.n_ctx:
             raise PromptTooLong(
-                f"the prompt has {len(prompt)} tokens; the context holds {self.main.n_ctx}"
+                f"the prompt has {len(prompt)} tokens; the context holds {self.info.n_ctx}"
             )
 
     # -- running jobs ---------------------------------------------------------------------
 
     async def events(self, job: Job) -> AsyncIterator[Event]:
-        """Queue the job, then stream its events; cancels it if the caller goes away."""
+        """Wait for the job's turn, then stream its events; cancels it if the caller goes
+        away."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Event] = asyncio.Queue()
 
         def emit(event: Event) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, event)
 
-        self.queued += 1
+        self.waiting += 1
         try:
-            await self.busy.acquire()
+            await self._turn.acquire()
         finally:
-            self.queued -= 1
+            self.waiting -= 1
         try:
-            future = loop.run_in_executor(self.executor, self._run, job, emit)
+            future = loop.run_in_executor(self._engine, self._run, job, emit)
             try:
                 while True:
                     event = await queue.get()
@@ -162,45 +152,13 @@ class Lead:
                 job.cancelled.set()
                 await asyncio.shield(future)
         finally:
-            self.busy.release()
+            self._turn.release()
 
     def _run(self, job: Job, emit: Callable[[Event], None]) -> None:
         """On the engine thread: one generation, streamed as text deltas."""
         stats = Stats()
         try:
-            decoder = codecs.getincrementaldecoder("utf-8")("replace")
-            stops = StopMatcher(job.stops)
-            show = TokenPrinter(self.main.piece, self.config.color) if self.config.console else None
-            finish = "length"
-            for r in generate(
-                self.main,
-                job.prompt,
-                max_tokens=job.max_tokens,
-                drafts=self.drafts,
-                draft_max=self.config.spec.draft_max,
-                policy=self.policy,
-                sampler=job.sampling.sampler(),
-                on_prefill=stats.add_prefill,
-                min_batch=2 if self.config.spec.deterministic else 1,
-            ):
-                stats.add(r)
-                if show:
-                    show(r)
-                text = stops.feed(decoder.decode(self._bytes(r)))
-                if text:
-                    emit(Delta(text))
-                if stops.stopped:
-                    finish = "stop"
-                    break
-                if r.finish:
-                    finish = r.finish
-                if job.cancelled.is_set():
-                    break
-            tail = stops.feed(decoder.decode(b"", final=True)) + stops.flush()
-            if tail:
-                emit(Delta(tail))
-            if show:
-                print(flush=True)
+            finish = self._generate(job, stats, emit)
             self.metrics.add(stats)
             log.info(
                 "request: prompt %d tokens (%d ms), generated %d tokens at %.1f tok/s, "
@@ -223,16 +181,36 @@ class Lead:
             log.exception("generation failed")
             emit(Failed(f"internal error: {e}"))
 
-    def _bytes(self, r: Round) -> bytes:
-        return b"".join(self.main.piece(t) for t in r.tokens)
+    def _generate(self, job: Job, stats: Stats, emit: Callable[[Event], None]) -> Finish:
+        text = TextStream(self.session.main.piece, job.stops)
+        finish: Finish = "length"
+        for r in self.session.rounds(job.prompt, job.max_tokens, stats, job.sampling):
+            chunk = text.feed(r)
+            if self.console:
+                self.console.show(chunk)
+            if chunk.text:
+                emit(Delta(chunk.text))
+            if text.stopped:
+                finish = "stop"
+                break
+            if r.finish:
+                finish = r.finish
+            if job.cancelled.is_set():
+                break
+        tail = text.finish()
+        if self.console:
+            self.console.show(tail + "\n")
+        if tail:
+            emit(Delta(tail))
+        return finish
 
     def health(self) -> dict[str, object]:
         return {
             "status": "ok",
-            "model": self.model_name,
-            "drafters": self.hub.connected,
-            "local_drafter": self.local is not None,
-            "busy": self.busy.locked(),
-            "queued": self.queued,
+            "model": self.info.name,
+            "drafters": self.backs.connected,
+            "local_drafter": self.session.local is not None,
+            "busy": self._turn.locked(),
+            "queued": self.waiting,
             "time": time.time(),
         }

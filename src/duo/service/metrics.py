@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from duo.channel.hub import WireStats
+from duo.channel.endpoint import WireStats
 from duo.core.stats import Stats
 
 
 @dataclass
 class Metrics:
+    wire: WireStats  # the drafter channel's counters
+    drafters: Callable[[], int]  # backs connected now
+    local_drafter: bool  # the lead runs a drafter of its own (-md)
     requests: int = 0
     requests_failed: int = 0
     total: Stats = field(default_factory=Stats)  # all finished generations
@@ -18,8 +22,8 @@ class Metrics:
         self.requests += 1
         self.total.merge(s)
 
-    def render(self, wire: WireStats, drafters: int, local_drafter: bool) -> str:
-        t = self.total
+    def render(self) -> str:
+        t, wire = self.total, self.wire
         wire_bytes = wire.bytes_in + wire.bytes_out
         rows: list[tuple[str, str, str, float]] = [
             ("requests_total", "counter", "Finished generation requests.", self.requests),
@@ -49,12 +53,12 @@ class Metrics:
                 "Mean time per round outside the main model's llama_decode.",
                 t.overhead_ms_per_round / 1000,
             ),
-            ("drafters_connected", "gauge", "Backs connected now.", drafters),
+            ("drafters_connected", "gauge", "Backs connected now.", self.drafters()),
             (
                 "local_drafter",
                 "gauge",
                 "1 if the lead runs its own drafter (-md).",
-                int(local_drafter),
+                int(self.local_drafter),
             ),
             (
                 "drafters_refused_total",

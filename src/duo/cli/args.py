@@ -1,0 +1,171 @@
+"""Arguments several commands share, and the configs they parse into (below every command)."""
+
+from __future__ import annotations
+
+import argparse
+
+from duo.core.sampling import SamplingParams
+from duo.llama.models import PAIRS
+from duo.service.config import MODES, ModelConfig, SpecConfig, parse_pin, resolve_models
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("models")
+    g.add_argument("-m", "--model", help="main model GGUF (default: the default pair's main)")
+    g.add_argument("-md", "--model-draft", help="draft model GGUF (default: the pair's draft)")
+    g.add_argument("--pair", help=f"a named default pair: {', '.join(PAIRS)} (default smollm2)")
+    g.add_argument("-t", "--threads", type=positive, default=1, help="main model threads")
+    g.add_argument("-td", "--threads-draft", type=positive, default=1, help="draft threads")
+    g.add_argument(
+        "-ngl", "--n-gpu-layers", type=non_negative, default=0, help="main layers on GPU"
+    )
+    g.add_argument(
+        "-ngld", "--n-gpu-layers-draft", type=non_negative, default=0, help="draft layers on GPU"
+    )
+    g.add_argument("-c", "--ctx-size", type=positive, default=4096, help="context size")
+
+
+def add_spec_args(p: argparse.ArgumentParser, *, modes: bool = True) -> None:
+    g = p.add_argument_group("speculation")
+    if modes:
+        g.add_argument(
+            "--mode",
+            choices=MODES,
+            default="async",
+            help="target: main model alone; sync: draft then verify; "
+            "async: concurrent drafter (default %(default)s)",
+        )
+    g.add_argument(
+        "--draft",
+        type=positive,
+        default=8,
+        metavar="K",
+        help="most draft tokens verified per round (default %(default)s)",
+    )
+    g.add_argument(
+        "--max-ahead",
+        type=positive,
+        default=12,
+        metavar="N",
+        help="how far the async drafter runs past the commits (default %(default)s)",
+    )
+    g.add_argument(
+        "--policy",
+        choices=("adaptive", "fixed"),
+        default="adaptive",
+        help="async: verify only the draft prefix worth its cost (adaptive, default) "
+        "or every draft token ready (fixed)",
+    )
+    g.add_argument(
+        "--pin", metavar="MAIN:DRAFT", help="pin main and drafter to cores, e.g. 0:1 (Linux)"
+    )
+    g.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="evaluate every round as a batch, so every mode computes bit-identical logits "
+        "(a seed then gives the same text in every mode; slower on CPUs)",
+    )
+
+
+def add_sampling_args(
+    p: argparse.ArgumentParser, temperature: float = 0.8, stops: bool = True
+) -> None:
+    g = p.add_argument_group("sampling (lossless: speculation never changes the distribution)")
+    g.add_argument(
+        "--temp",
+        type=float,
+        default=temperature,
+        help="temperature, 0 = greedy (default %(default)s)",
+    )
+    g.add_argument("--top-k", type=int, default=40, help="0 = off (default %(default)s)")
+    g.add_argument("--top-p", type=float, default=0.95, help="1 = off (default %(default)s)")
+    g.add_argument("--min-p", type=float, default=0.05, help="0 = off (default %(default)s)")
+    g.add_argument(
+        "--repeat-penalty", type=float, default=1.0, help="1 = off (default %(default)s)"
+    )
+    g.add_argument(
+        "--repeat-last-n",
+        type=int,
+        default=64,
+        help="history the penalty looks at (default %(default)s)",
+    )
+    g.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="random seed: the same seed gives the same text (default: random)",
+    )
+    if stops:
+        g.add_argument(
+            "--stop",
+            action="append",
+            default=[],
+            metavar="TEXT",
+            help="stop before this text (repeatable)",
+        )
+
+
+def sampling_params(args: argparse.Namespace) -> SamplingParams:
+    return SamplingParams(
+        temperature=args.temp,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repeat_penalty=args.repeat_penalty,
+        repeat_last_n=args.repeat_last_n,
+        seed=args.seed,
+    ).check()
+
+
+def model_config(args: argparse.Namespace, *, need_draft: bool) -> ModelConfig:
+    main, draft = resolve_models(args.model, args.model_draft if need_draft else None, args.pair)
+    return ModelConfig(
+        main=main,
+        draft=draft if need_draft else None,
+        threads=args.threads,
+        draft_threads=args.threads_draft,
+        n_gpu_layers=args.n_gpu_layers,
+        n_gpu_layers_draft=args.n_gpu_layers_draft,
+        n_ctx=args.ctx_size,
+    )
+
+
+def spec_config(args: argparse.Namespace) -> SpecConfig:
+    main_cores, draft_cores = parse_pin(args.pin)
+    return SpecConfig(
+        mode=getattr(args, "mode", "async"),
+        draft_max=args.draft,
+        max_ahead=args.max_ahead,
+        main_cores=main_cores,
+        draft_cores=draft_cores,
+        adaptive=args.policy == "adaptive",
+        deterministic=args.deterministic,
+    )
+
+
+def add_rpc_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--rpc",
+        metavar="HOST:PORT[,...]",
+        help="put the layers given by -ngl on these `duo rpc-server`s (llama.cpp RPC)",
+    )

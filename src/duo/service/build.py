@@ -1,0 +1,46 @@
+"""`duo lead`'s composition root: every part of the lead, built from its config in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.applications import Starlette
+
+from duo.channel.backs import Backs
+from duo.channel.endpoint import DrafterEndpoint
+from duo.service.api import Api
+from duo.service.lead import Console, Lead, LeadConfig
+from duo.service.metrics import Metrics
+from duo.service.session import Session
+
+
+@dataclass(frozen=True)
+class LeadService:
+    lead: Lead
+    app: Starlette
+
+    def close(self) -> None:
+        self.lead.close()
+
+
+def build_lead(config: LeadConfig) -> LeadService:
+    """Load the models and wire the engine, the drafter channel and the API together."""
+    backs = Backs()
+    session = Session(config.models, config.spec, remote=backs)
+    try:
+        main = session.main
+
+        def authorize(header: str | None) -> bool:
+            return config.api_key is None or header == f"Bearer {config.api_key}"
+
+        drafters = DrafterEndpoint(
+            backs, n_vocab=main.n_vocab, fingerprint=main.fingerprint, authorize=authorize
+        )
+        metrics = Metrics(drafters.wire, lambda: backs.connected, session.local is not None)
+        console = Console(config.color) if config.console else None
+        lead = Lead(session, backs, metrics, console)
+    except BaseException:
+        session.close()
+        raise
+    app = Api(lead, metrics, drafters, authorize).app()
+    return LeadService(lead, app)

@@ -1,0 +1,152 @@
+"""The main model, its draft sources and its policy, composed once.
+
+`duo generate`, `duo demo`, the bench and the lead all generate through a Session.
+
+Modes:
+    target  the main model alone (the baseline)
+    sync    classic speculative decoding: draft k tokens, then verify them
+    async   the drafter runs concurrently on its own thread (and core) and drafts
+            continuously; the main model verifies whatever is ready, never waiting
+
+A lead adds its connected backs as a `remote` draft source: with or without a local
+drafter (-md), the backs' drafts compete with it round by round.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from duo.core.engine import DraftSource, NoDrafts, Round, generate
+from duo.core.policy import AdaptivePolicy, FixedPolicy, Policy, calibrate
+from duo.core.sampling import GREEDY, SamplingParams
+from duo.core.stats import Stats
+from duo.drafting.sources import Longest, SyncDrafts, ThreadDrafts
+from duo.errors import IncompatibleModels, UsageError
+from duo.llama.backend import Model
+from duo.service.config import ModelConfig, SpecConfig
+
+
+def check_compatible(main: Model, draft: Model) -> None:
+    if main.fingerprint != draft.fingerprint:
+        raise IncompatibleModels(
+            f"the draft model {draft.path.name} has another vocabulary than the main model "
+            f"{main.path.name} (n_vocab {draft.n_vocab} vs {main.n_vocab}, fingerprint "
+            f"{draft.fingerprint} vs {main.fingerprint}); their token IDs are not interchangeable"
+        )
+
+
+class Session:
+    """Loaded models plus draft sources and a policy, reusable across generations."""
+
+    def __init__(
+        self, models: ModelConfig, spec: SpecConfig, remote: DraftSource | None = None
+    ) -> None:
+        if spec.mode != "target" and models.draft is None and remote is None:
+            raise UsageError(f"mode {spec.mode} needs a draft model (-md)")
+        self.spec = spec
+        self.main = _load(models.main, models.n_ctx, models.threads, models.n_gpu_layers)
+        self.draft: Model | None = None
+        self.local: SyncDrafts | ThreadDrafts | None = None
+        self._policy: Policy | None = None
+        try:
+            if spec.mode != "target" and models.draft is not None:
+                self.draft = _load(
+                    models.draft, self.main.n_ctx, models.draft_threads, models.n_gpu_layers_draft
+                )
+                check_compatible(self.main, self.draft)
+                self.local = _local_drafter(self.draft, spec)
+        except BaseException:
+            self.close()
+            raise
+        sources = [s for s in (self.local, remote) if s is not None]
+        self.drafts: DraftSource = (
+            NoDrafts() if not sources else sources[0] if len(sources) == 1 else Longest(sources)
+        )
+
+    def rounds(
+        self, prompt: list[int], max_tokens: int, stats: Stats, sampling: SamplingParams = GREEDY
+    ) -> Iterator[Round]:
+        """Generate on the calling thread (pinned to the main cores, if any), round by round."""
+        with pinned(self.spec.main_cores):
+            for r in generate(
+                self.main,
+                prompt,
+                max_tokens=max_tokens,
+                drafts=self.drafts,
+                draft_max=self.spec.draft_max,
+                sampler=sampling.sampler(),
+                policy=self.policy(),
+                on_prefill=stats.add_prefill,
+                min_batch=2 if self.spec.deterministic else 1,
+            ):
+                stats.add(r)
+                yield r
+
+    def run(
+        self,
+        prompt: list[int],
+        max_tokens: int,
+        on_round: Callable[[Round], object] | None = None,
+        sampling: SamplingParams = GREEDY,
+    ) -> Stats:
+        """Generate to the end; `on_round` sees every round."""
+        stats = Stats()
+        for r in self.rounds(prompt, max_tokens, stats, sampling):
+            if on_round:
+                on_round(r)
+        return stats
+
+    def chat_tokens(self, messages: list[dict[str, str]]) -> list[int]:
+        """The prompt of a chat, through the main model's own chat template."""
+        return self.main.tokenize(self.main.render_chat(messages), add_special=False)
+
+    def policy(self) -> Policy:
+        """Async verifies what is worth it (the main model's costs measured on first use,
+        on the calling thread: call it where generation runs); sync is classic."""
+        if self._policy is None:
+            adaptive = self.spec.mode == "async" and self.spec.adaptive
+            self._policy = (
+                AdaptivePolicy(calibrate(self.main, self.spec.draft_max + 1))
+                if adaptive
+                else FixedPolicy()
+            )
+        return self._policy
+
+    def close(self) -> None:
+        if isinstance(self.local, ThreadDrafts):
+            self.local.close()
+        for model in (self.draft, self.main):
+            if model is not None:
+                model.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _load(path: os.PathLike[str], n_ctx: int, threads: int, n_gpu_layers: int) -> Model:
+    return Model(path, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=n_gpu_layers)
+
+
+def _local_drafter(draft: Model, spec: SpecConfig) -> SyncDrafts | ThreadDrafts:
+    if spec.mode == "sync":
+        return SyncDrafts(draft)
+    cores = set(spec.draft_cores) if spec.draft_cores else None
+    return ThreadDrafts(draft, max_ahead=spec.max_ahead, cores=cores)
+
+
+@contextmanager
+def pinned(cores: frozenset[int] | None) -> Iterator[None]:
+    if not cores:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
