@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from duo import auth
 from duo.channel import protocol as p
 from duo.core.draft import Draft, advance, merge, usable
 from duo.errors import ProtocolError
@@ -56,7 +57,7 @@ class WireStats:
 
 
 class Hub:
-    def __init__(self, *, n_vocab: int, fingerprint: str, api_key: str | None = None) -> None:
+    def __init__(self, *, n_vocab: int, fingerprint: str, api_key: auth.KeySpec = None) -> None:
         self.n_vocab = n_vocab
         self.fingerprint = fingerprint
         self.api_key = api_key
@@ -169,10 +170,8 @@ class Hub:
         return msg
 
     def _refusal(self, ws: WebSocket, hello: p.Hello) -> str | None:
-        if self.api_key is not None:
-            auth = ws.headers.get("authorization", "")
-            if auth != f"Bearer {self.api_key}":
-                return "invalid or missing API key"
+        if refusal := auth.drafter_refusal(self.api_key, ws.headers.get("authorization")):
+            return refusal
         if hello.version != p.VERSION:
             return f"protocol version {hello.version} is not supported (lead speaks {p.VERSION})"
         if hello.fingerprint != self.fingerprint or hello.n_vocab != self.n_vocab:

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from duo import auth
 from duo.channel import protocol
 from duo.core.sampling import SamplingParams
 from duo.errors import DuoError, PromptTooLong
@@ -76,8 +77,7 @@ class Api:
         return error_response(500, "internal server error", kind="server_error")
 
     def _authorize(self, request: Request) -> None:
-        key = self.lead.config.api_key
-        if key is not None and request.headers.get("authorization") != f"Bearer {key}":
+        if not auth.api_allowed(self.lead.config.api_key, request.headers.get("authorization")):
             raise ApiError(
                 401,
                 "invalid or missing API key",

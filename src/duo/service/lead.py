@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from duo.auth import KeySpec
 from duo.channel.hub import Hub
 from duo.core.console import TokenPrinter
 from duo.core.engine import DraftSource, Round, generate
@@ -39,7 +40,7 @@ class LeadConfig:
     spec: SpecConfig
     host: str = "127.0.0.1"  # --host: loopback unless the user says otherwise
     port: int = 5555  # --port
-    api_key: str | None = None  # --api-key: Bearer token for the API and drafter channel
+    api_key: KeySpec = None  # one Bearer key for the API and drafters, or duo.auth.Keys
     console: bool = False  # show generations on stdout, accepted draft tokens in green
     color: bool = False
 
