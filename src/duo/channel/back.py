@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import socket
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 import websockets
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from duo import auth
 from duo.channel import protocol as p
 from duo.core.draft import Draft, delta
 from duo.drafting.drafter import DraftWorker, Mirror
@@ -36,10 +38,11 @@ class Refused(DuoError):
 class BackConfig:
     lead: str = "http://127.0.0.1:5555"  # --lead: the lead's URL
     max_ahead: int = 12  # --max-ahead: most tokens drafted past the committed ones
-    api_key: str | None = None  # --api-key
+    api_key: str | None = None  # --api-key (or --api-key-file, DUO_DRAFTER_KEY, DUO_API_KEY)
     name: str = ""  # --name: shown in the lead's logs
     cores: frozenset[int] | None = None  # --pin: cores of the drafter thread
     retry_max: float = 8.0  # seconds between reconnection attempts, at most
+    tls: ssl.SSLContext | None = None  # verifies a wss:// lead (--ca-file); None: the system's
 
 
 def drafter_url(lead: str) -> str:
@@ -76,7 +79,8 @@ class Back:
         )
 
     async def run(self) -> None:
-        """Serve leads until cancelled; raise Refused if a lead refuses us."""
+        """Serve leads until cancelled; raise Refused if a lead refuses us, CertificateError
+        if its certificate does not verify (neither is fixed by retrying)."""
         self._loop = asyncio.get_running_loop()
         self.worker.start()
         delay = 0.25
@@ -85,6 +89,13 @@ class Back:
                 try:
                     await self._connection()
                     delay = 0.25
+                except ssl.SSLCertVerificationError as e:
+                    raise auth.CertificateError(
+                        f"the certificate of {self.url} does not verify "
+                        f"({auth.certificate_reason(e)}); give the CA that signed it (or the "
+                        "self-signed certificate) with --ca-file; not retrying, as retrying "
+                        "cannot fix this"
+                    ) from None
                 except (
                     OSError,
                     ConnectionClosed,
@@ -106,9 +117,11 @@ class Back:
 
     async def _connection(self) -> None:
         headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+        secure = self.url.startswith("wss:")
         try:
             ws = await websockets.connect(
                 self.url,
+                ssl=(self.config.tls or True) if secure else None,  # True: the system's CAs
                 additional_headers=headers,
                 open_timeout=5,
                 max_size=1 << 22,

@@ -70,7 +70,7 @@ class Pacing:
         return max(0.0, -self.level / self.rate)
 
 
-Authorize = Callable[[str | None], bool]  # the Authorization header -> may this back draft?
+Refusal = Callable[[str | None], str | None]  # the Authorization header -> why not, or None
 
 
 class DrafterEndpoint:
@@ -80,13 +80,13 @@ class DrafterEndpoint:
         *,
         n_vocab: int,
         fingerprint: str,
-        authorize: Authorize,
+        refusal: Refusal,
         pacing: Callable[[], Pacing] = Pacing,
     ) -> None:
         self.backs = backs
         self.n_vocab = n_vocab
         self.fingerprint = fingerprint
-        self.authorize = authorize
+        self.refusal = refusal
         self.pacing = pacing
         self.width = p.token_width(n_vocab)
         self.wire = WireStats()
@@ -130,8 +130,9 @@ class DrafterEndpoint:
             data = await asyncio.wait_for(_receive_bytes(ws), HANDSHAKE_SECONDS)
         except TimeoutError:
             raise ProtocolError(f"no HELLO within {HANDSHAKE_SECONDS:g} s") from None
-        if not self.authorize(ws.headers.get("authorization")):
-            await self._refuse(ws, "invalid or missing API key", name=None)
+        reason = self.refusal(ws.headers.get("authorization"))
+        if reason:
+            await self._refuse(ws, reason, name=None)
             return None
         msg = p.decode(data, self.width)
         if not isinstance(msg, p.Hello):

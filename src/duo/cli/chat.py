@@ -16,7 +16,9 @@ from typing import Any
 
 import httpx
 
+from duo import auth
 from duo.cli.args import positive
+from duo.errors import DuoError
 
 DIM = "\x1b[2m"
 RESET = "\x1b[0m"
@@ -134,6 +136,11 @@ def check(client: httpx.Client, url: str) -> str:
         health = client.get("/health")
         models = client.get("/v1/models")  # /health needs no key; this does
     except httpx.HTTPError as e:
+        if failure := auth.certificate_failure(e):
+            raise ChatError(
+                f"the certificate of {url} does not verify ({auth.certificate_reason(failure)}); "
+                "give the CA that signed it (or the self-signed certificate) with --ca-file"
+            ) from None
         raise ChatError(
             f"cannot reach the lead at {url} ({reason(e)}); start it with `duo lead`"
         ) from None
@@ -180,9 +187,17 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if tty:
         with contextlib.suppress(ImportError):
             import readline  # noqa: F401  (line editing and history for input())
-    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    try:
+        key = auth.client_key(args)
+        tls = auth.client_tls(args.ca_file, httpx.URL(args.url).scheme == "https")
+    except DuoError as e:
+        print(f"duo chat: {e}", file=sys.stderr)
+        return 2
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     history = History(args.system)
-    with httpx.Client(base_url=args.url, headers=headers, timeout=TIMEOUT) as client:
+    with httpx.Client(
+        base_url=args.url, headers=headers, timeout=TIMEOUT, verify=tls or True
+    ) as client:
         try:
             model = check(client, args.url)
         except ChatError as e:
@@ -241,7 +256,8 @@ def add_chat_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--url", type=http_url, default="http://127.0.0.1:5555", help="the lead's URL"
     )
     chat.add_argument("--system", metavar="TEXT", help="a system prompt")
-    chat.add_argument("--api-key", metavar="KEY", help="the lead's API key")
+    auth.add_key_args(chat, "the lead's API key")
+    auth.add_ca_file_arg(chat)
     chat.add_argument(
         "-n", "--max-tokens", type=positive, metavar="N", help="most tokens per answer"
     )

@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 
+from duo import auth
 from duo.cli.args import (
     add_model_args,
     add_rpc_arg,
@@ -37,7 +38,10 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     g = lead.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
     g.add_argument("--port", type=positive, default=5555, help="port (default %(default)s)")
-    g.add_argument("--api-key", help="require this Bearer token on the API and drafter channel")
+    auth.add_key_args(
+        g, "require this Bearer key on the API (and the drafter channel)", drafter=True
+    )
+    auth.add_server_tls_args(g)
     g.add_argument("--quiet", action="store_true", help="do not print generations")
     lead.set_defaults(func=cmd_lead)
 
@@ -58,7 +62,8 @@ def add_back_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="N",
         help="most tokens drafted past the committed ones (default %(default)s)",
     )
-    back.add_argument("--api-key", help="the lead's API key")
+    auth.add_key_args(back, "the key to present to the lead: its API key or drafter key")
+    auth.add_ca_file_arg(back)
     back.add_argument("--name", default="", help="name shown in the lead's logs")
     back.add_argument("--pin", metavar="CORES", help="pin the drafter to cores, e.g. 1 or 2,3")
     back.set_defaults(func=cmd_back)
@@ -70,11 +75,14 @@ def cmd_lead(args: argparse.Namespace) -> int:
     from duo.service.build import build_lead
     from duo.service.lead import LeadConfig
 
+    keys = auth.lead_keys(args)
+    worker = bool(os.environ.get(WORKER_ENV))  # behind a supervisor, which serves the TLS
+    tls = None if worker else auth.server_tls(args.ssl_key_file, args.ssl_cert_file)
     check_port(args.host, args.port)
     if not args.verbose:  # one INFO line per request, drafters joining and leaving
         logging.getLogger("duo").setLevel(logging.INFO)
-    if args.rpc and not os.environ.get(WORKER_ENV):
-        return supervise_lead(args)
+    if args.rpc and not worker:
+        return supervise_lead(args, tls)
     spec = spec_config(args)
     models = model_config(args, need_draft=args.model_draft is not None)
     config = LeadConfig(
@@ -82,23 +90,29 @@ def cmd_lead(args: argparse.Namespace) -> int:
         spec=spec,
         host=args.host,
         port=args.port,
-        api_key=args.api_key,
+        api_key=keys,
         console=not args.quiet,
         color=sys.stdout.isatty(),
     )
-    if not is_loopback(args.host) and not args.api_key:
+    if not is_loopback(args.host) and not keys.api:
         print(
             f"duo lead: warning: listening on {args.host} without --api-key; anyone who can "
             "reach this address can use the model",
+            file=sys.stderr,
+        )
+    if not is_loopback(args.host) and tls is None:
+        print(
+            f"duo lead: warning: listening on {args.host} without TLS; keys, prompts and "
+            "answers cross the network in clear text (see --ssl-key-file, --ssl-cert-file)",
             file=sys.stderr,
         )
     setup_rpc(args.rpc, n_gpu_layers=args.n_gpu_layers)
     service = build_lead(config)
     try:
         local = f" + local drafter {models.draft.name}" if models.draft else ""
+        url = _public_url(args.host, args.port, tls)
         print(
-            f"duo lead: {models.main.name}{local} on http://{args.host}:{args.port} "
-            f"(drafters: duo back --lead http://{args.host}:{args.port})",
+            f"duo lead: {models.main.name}{local} on {url} (drafters: duo back --lead {url})",
             flush=True,
         )
         server = uvicorn.Server(
@@ -109,6 +123,8 @@ def cmd_lead(args: argparse.Namespace) -> int:
                 log_level="warning",
                 lifespan="off",
                 ws_max_size=WS_MAX_SIZE,
+                ssl_keyfile=tls.keyfile if tls else None,
+                ssl_certfile=tls.certfile if tls else None,
             )
         )
         server.run()
@@ -117,7 +133,12 @@ def cmd_lead(args: argparse.Namespace) -> int:
     return 0
 
 
-def supervise_lead(args: argparse.Namespace) -> int:
+def _public_url(host: str, port: int, tls: auth.ServerTls | None) -> str:
+    host = f"[{host}]" if ":" in host else host
+    return f"{'https' if tls else 'http'}://{host}:{port}"
+
+
+def supervise_lead(args: argparse.Namespace, tls: auth.ServerTls | None = None) -> int:
     """The lead's model runs on rpc-servers: serve through a supervisor (duo.supervise)."""
     import uvicorn
 
@@ -130,12 +151,18 @@ def supervise_lead(args: argparse.Namespace) -> int:
     supervisor = Supervisor(Worker(worker_argv(args.argv, port), port))
     print(
         f"duo lead: supervising the model's worker (rpc-servers {args.rpc}) "
-        f"on http://{args.host}:{args.port}",
+        f"on {_public_url(args.host, args.port, tls)}",
         flush=True,
     )
-    uvicorn.Server(
-        uvicorn.Config(supervisor.app(), host=args.host, port=args.port, log_level="warning")
-    ).run()
+    config = uvicorn.Config(
+        supervisor.app(),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        ssl_keyfile=tls.keyfile if tls else None,
+        ssl_certfile=tls.certfile if tls else None,
+    )
+    uvicorn.Server(config).run()
     return 0
 
 
@@ -144,7 +171,9 @@ def cmd_back(args: argparse.Namespace) -> int:
     from duo.llama.backend import Model
     from duo.service.config import resolve_models
 
-    drafter_url(args.lead)  # a bad URL fails before the model loads
+    url = drafter_url(args.lead)  # a bad URL, key or CA file fails before the model loads
+    key = auth.client_key(args, env=(auth.DRAFTER_KEY_ENV, auth.API_KEY_ENV))
+    tls = auth.client_tls(args.ca_file, url.startswith("wss://"))
     if args.model is None:
         _, draft = resolve_models(None, None, args.pair)
         path = draft
@@ -155,7 +184,7 @@ def cmd_back(args: argparse.Namespace) -> int:
     setup_rpc(args.rpc, n_gpu_layers=args.n_gpu_layers)
     model = Model(path, n_ctx=args.ctx_size, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers)
     config = BackConfig(
-        lead=args.lead, max_ahead=args.max_ahead, api_key=args.api_key, name=args.name, cores=cores
+        lead=args.lead, max_ahead=args.max_ahead, api_key=key, name=args.name, cores=cores, tls=tls
     )
     back = Back(
         model, config, on_connect=lambda url: print(f"duo back: connected to {url}", flush=True)
@@ -165,6 +194,9 @@ def cmd_back(args: argparse.Namespace) -> int:
         asyncio.run(back.run())
     except Refused as e:
         print(f"duo back: refused by the lead: {e}", file=sys.stderr)
+        return 2
+    except auth.CertificateError as e:
+        print(f"duo back: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("duo back: stopped", file=sys.stderr)

@@ -25,7 +25,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from duo.channel import protocol
-from duo.channel.endpoint import Authorize, DrafterEndpoint
+from duo.channel.endpoint import DrafterEndpoint
 from duo.core.sampling import SamplingParams
 from duo.errors import DuoError, PromptTooLong
 from duo.service.lead import Delta, Done, Failed, Job, Lead
@@ -45,7 +45,11 @@ from duo.service.openai_format import (
 
 class Api:
     def __init__(
-        self, lead: Lead, metrics: Metrics, drafters: DrafterEndpoint, authorize: Authorize
+        self,
+        lead: Lead,
+        metrics: Metrics,
+        drafters: DrafterEndpoint,
+        authorize: Callable[[str | None], bool],
     ) -> None:
         self.lead = lead
         self.info = lead.info

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from starlette.applications import Starlette
 
+from duo.auth import as_keys
 from duo.channel.backs import Backs
 from duo.channel.endpoint import DrafterEndpoint
 from duo.service.api import Api
@@ -29,12 +30,9 @@ def build_lead(config: LeadConfig) -> LeadService:
     session = Session(config.models, config.spec, remote=backs)
     try:
         main = session.main
-
-        def authorize(header: str | None) -> bool:
-            return config.api_key is None or header == f"Bearer {config.api_key}"
-
+        keys = as_keys(config.api_key)
         drafters = DrafterEndpoint(
-            backs, n_vocab=main.n_vocab, fingerprint=main.fingerprint, authorize=authorize
+            backs, n_vocab=main.n_vocab, fingerprint=main.fingerprint, refusal=keys.drafter_refusal
         )
         metrics = Metrics(drafters.wire, lambda: backs.connected, session.local is not None)
         console = Console(config.color) if config.console else None
@@ -42,5 +40,5 @@ def build_lead(config: LeadConfig) -> LeadService:
     except BaseException:
         session.close()
         raise
-    app = Api(lead, metrics, drafters, authorize).app()
+    app = Api(lead, metrics, drafters, keys.allows_api).app()
     return LeadService(lead, app)

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from duo.auth import KeySpec
 from duo.channel.backs import Backs
 from duo.core.engine import Finish
 from duo.core.sampling import GREEDY, SamplingParams
@@ -36,7 +37,7 @@ class LeadConfig:
     spec: SpecConfig
     host: str = "127.0.0.1"  # --host: loopback unless the user says otherwise
     port: int = 5555  # --port
-    api_key: str | None = None  # --api-key: Bearer token for the API and drafter channel
+    api_key: KeySpec = None  # one Bearer key for the API and drafters, or duo.auth.Keys
     console: bool = False  # show generations on stdout, accepted draft tokens in green
     color: bool = False
 

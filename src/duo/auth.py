@@ -1,0 +1,235 @@
+"""Keys and TLS: who may use the lead, who may draft for it, and how both reach it.
+
+Keys are Bearer tokens (`Authorization: Bearer KEY`; the scheme in any case, RFC 7235),
+compared in constant time. Two sets:
+
+    API keys      --api-key / --api-key-file / DUO_API_KEY: the API (all but /health), and
+                  the drafter channel when no drafter key is set
+    drafter keys  --drafter-key / --drafter-key-file / DUO_DRAFTER_KEY: when set, the drafter
+                  channel accepts these and only these, and the API never does: a credential
+                  that can draft but not use the model (and API clients cannot draft, which
+                  would show them everyone's prompts and outputs)
+
+Each set comes from the flag, else the file (one key per line, as llama-server's
+--api-key-file), else the environment, so a key need not appear in the process list.
+
+TLS: the lead serves https (and wss for drafters) with --ssl-key-file/--ssl-cert-file;
+`duo back` and `duo chat` verify its certificate, against --ca-file when given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import os
+import ssl
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from duo.errors import DuoError, UsageError
+
+API_KEY_ENV = "DUO_API_KEY"
+DRAFTER_KEY_ENV = "DUO_DRAFTER_KEY"
+
+
+class CertificateError(DuoError):
+    """The lead's TLS certificate did not verify: retrying cannot fix that."""
+
+
+# -- checking keys -------------------------------------------------------------------------
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer TOKEN` header; None for any other header."""
+    parts = (authorization or "").split(None, 1)
+    if len(parts) != 2 or parts[0].lower() != "bearer":
+        return None
+    return parts[1].strip() or None
+
+
+def matches(token: str | None, keys: Sequence[str]) -> bool:
+    """Whether `token` is one of `keys`, in time that does not depend on where they differ."""
+    given = (token or "").encode()
+    found = False
+    for key in keys:  # every key, even after a match
+        found |= hmac.compare_digest(given, key.encode())
+    return found and token is not None
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Every key the lead accepts; no API key means an open API."""
+
+    api: tuple[str, ...] = ()
+    drafter: tuple[str, ...] = ()
+
+    def allows_api(self, authorization: str | None) -> bool:
+        return not self.api or matches(bearer_token(authorization), self.api)
+
+    def drafter_refusal(self, authorization: str | None) -> str | None:
+        """Why the drafter channel refuses this header; None if it accepts it."""
+        keys = self.drafter or self.api
+        if not keys or matches(bearer_token(authorization), keys):
+            return None
+        return "invalid or missing drafter key" if self.drafter else "invalid or missing API key"
+
+
+KeySpec = Keys | str | None  # LeadConfig.api_key: every key, one API key, or none
+
+
+def as_keys(keys: KeySpec) -> Keys:
+    if isinstance(keys, Keys):
+        return keys
+    return Keys(api=(keys,)) if keys is not None else Keys()
+
+
+# -- reading keys --------------------------------------------------------------------------
+
+
+def _valid(key: str, where: str) -> str:
+    if not key or not all("!" <= c <= "~" for c in key):
+        raise UsageError(f"{where}: a key must be printable ASCII without spaces")
+    return key
+
+
+def read_key_file(path: str, flag: str) -> tuple[str, ...]:
+    """The keys of a key file: one a line, surrounding whitespace and blank lines ignored."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot read {flag} {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{flag} {path} is not a text file") from None
+    keys = tuple(line.strip() for line in text.splitlines() if line.strip())
+    if not keys:
+        raise UsageError(f"{flag} {path} holds no key")
+    return tuple(_valid(key, f"{flag} {path}") for key in keys)
+
+
+def resolve_keys(
+    value: str | None, file: str | None, env: Sequence[str], flag: str
+) -> tuple[str, ...]:
+    """Keys from `flag KEY`, else `flag-file PATH`, else the first environment variable set."""
+    if value is not None and file is not None:
+        raise UsageError(f"give {flag} or {flag}-file, not both")
+    if value is not None:
+        return (_valid(value.strip(), flag),)
+    if file is not None:
+        return read_key_file(file, f"{flag}-file")
+    for name in env:
+        if os.environ.get(name, "").strip():
+            return (_valid(os.environ[name].strip(), name),)
+    return ()
+
+
+def lead_keys(args: argparse.Namespace) -> Keys:
+    """`duo lead`'s keys from its flags (add_key_args with drafter=True) and environment."""
+    return Keys(
+        api=resolve_keys(args.api_key, args.api_key_file, [API_KEY_ENV], "--api-key"),
+        drafter=resolve_keys(
+            args.drafter_key, args.drafter_key_file, [DRAFTER_KEY_ENV], "--drafter-key"
+        ),
+    )
+
+
+def client_key(args: argparse.Namespace, env: Sequence[str] = (API_KEY_ENV,)) -> str | None:
+    """The key a client presents: --api-key, else the first of --api-key-file, else env."""
+    keys = resolve_keys(args.api_key, args.api_key_file, env, "--api-key")
+    return keys[0] if keys else None
+
+
+def add_key_args(p: argparse._ActionsContainer, what: str, *, drafter: bool = False) -> None:
+    p.add_argument("--api-key", metavar="KEY", help=what)
+    p.add_argument(
+        "--api-key-file",
+        metavar="PATH",
+        help=f"read --api-key from a file (keeps it off the process list; default ${API_KEY_ENV})",
+    )
+    if drafter:
+        p.add_argument(
+            "--drafter-key",
+            metavar="KEY",
+            help="the drafter channel accepts this key instead of --api-key, and the API "
+            "refuses it: a key that can draft but not use the model",
+        )
+        p.add_argument(
+            "--drafter-key-file",
+            metavar="PATH",
+            help=f"read --drafter-key from a file, one key a line (default ${DRAFTER_KEY_ENV})",
+        )
+
+
+# -- TLS -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    keyfile: str
+    certfile: str
+
+
+def add_server_tls_args(p: argparse._ActionsContainer) -> None:
+    p.add_argument("--ssl-key-file", metavar="PEM", help="serve https with this private key")
+    p.add_argument("--ssl-cert-file", metavar="PEM", help="... and this certificate (chain)")
+
+
+def server_tls(keyfile: str | None, certfile: str | None) -> ServerTls | None:
+    """The lead's TLS files, checked now so that a bad one fails in one line."""
+    if keyfile is None and certfile is None:
+        return None
+    if keyfile is None or certfile is None:
+        raise UsageError("give both --ssl-key-file and --ssl-cert-file, or neither")
+    for flag, path in (("--ssl-key-file", keyfile), ("--ssl-cert-file", certfile)):
+        try:
+            Path(path).read_bytes()
+        except OSError as e:
+            raise UsageError(f"cannot read {flag} {path}: {e.strerror or e}") from None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:  # a passphrase-protected key fails here instead of prompting on the terminal
+        context.load_cert_chain(certfile, keyfile, password=b"")
+    except (ssl.SSLError, OSError) as e:
+        raise UsageError(
+            f"--ssl-cert-file {certfile} and --ssl-key-file {keyfile} are not a PEM certificate "
+            f"and its unencrypted private key ({getattr(e, 'reason', None) or e})"
+        ) from None
+    return ServerTls(keyfile=keyfile, certfile=certfile)
+
+
+def add_ca_file_arg(p: argparse._ActionsContainer) -> None:
+    p.add_argument(
+        "--ca-file",
+        metavar="PEM",
+        help="verify the lead's https certificate against this CA (or self-signed "
+        "certificate) instead of the system's",
+    )
+
+
+def client_tls(ca_file: str | None, url_is_https: bool) -> ssl.SSLContext | None:
+    """What verifies the lead's certificate: None for a plain http:// lead."""
+    if not url_is_https:
+        if ca_file is not None:
+            raise UsageError("--ca-file needs an https:// lead URL")
+        return None
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except ssl.SSLError as e:
+        raise UsageError(f"--ca-file {ca_file} holds no PEM certificate ({e.reason})") from None
+    except OSError as e:
+        raise UsageError(f"cannot read --ca-file {ca_file}: {e.strerror or e}") from None
+
+
+def certificate_failure(e: BaseException | None) -> ssl.SSLCertVerificationError | None:
+    """The certificate verification failure behind an exception, if that is what it is."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, ssl.SSLCertVerificationError):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def certificate_reason(e: ssl.SSLCertVerificationError) -> str:
+    """'self-signed certificate', 'Hostname mismatch, ...' and the like."""
+    return str(e.verify_message or e.reason or e)
