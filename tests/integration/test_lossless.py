@@ -23,17 +23,25 @@ PROMPTS = [
     ("raw", "def fibonacci(n):\n    "),
 ]
 N = 96
+MODEL = frozenset({"model"})
+FREE = frozenset({"ngram", "suffix"})
 
 
 @pytest.fixture(scope="module")
 def sessions(pair: tuple[Path, Path]) -> Iterator[dict[str, Session]]:
     main, draft = pair
     models = ModelConfig(main=main, draft=draft)
+    target = ModelConfig(main=main, draft=None)
     out = {
         "target": Session(ModelConfig(main=main, draft=None), SpecConfig(mode="target")),
-        "sync": Session(models, SpecConfig(mode="sync", draft_max=4)),
+        "sync": Session(models, SpecConfig(mode="sync", draft_max=4, spec_types=MODEL)),
         # The fixed policy verifies every ready draft, so drafts are really exercised.
-        "async": Session(models, SpecConfig(mode="async", draft_max=4, adaptive=False)),
+        "async": Session(
+            models, SpecConfig(mode="async", draft_max=4, adaptive=False, spec_types=MODEL)
+        ),
+        # Free drafters alone (every lookup verified), and every source under the policy.
+        "free": Session(target, SpecConfig(mode="async", adaptive=False, spec_types=FREE)),
+        "all": Session(models, SpecConfig(mode="async", draft_max=4)),
     }
     yield out
     for s in out.values():
@@ -44,6 +52,7 @@ def sessions(pair: tuple[Path, Path]) -> Iterator[dict[str, Session]]:
 def deterministic(pair: tuple[Path, Path]) -> Iterator[dict[str, Session]]:
     main, draft = pair
     models = ModelConfig(main=main, draft=draft)
+    target = ModelConfig(main=main, draft=None)
     out = {
         "target": Session(
             ModelConfig(main=main, draft=None), SpecConfig(mode="target", deterministic=True)
@@ -51,6 +60,9 @@ def deterministic(pair: tuple[Path, Path]) -> Iterator[dict[str, Session]]:
         "sync": Session(models, SpecConfig(mode="sync", draft_max=4, deterministic=True)),
         "async": Session(
             models, SpecConfig(mode="async", draft_max=4, adaptive=False, deterministic=True)
+        ),
+        "free": Session(
+            target, SpecConfig(mode="async", adaptive=False, deterministic=True, spec_types=FREE)
         ),
     }
     yield out
@@ -89,10 +101,10 @@ def assert_same_or_near_tie(
 
 
 @pytest.mark.parametrize(("kind", "text"), PROMPTS)
-def test_sync_and_async_equal_target(sessions: dict[str, Session], kind: str, text: str) -> None:
+def test_every_mode_equals_target(sessions: dict[str, Session], kind: str, text: str) -> None:
     prompt, target, _ = run(sessions["target"], kind, text)
     assert len(target) > 8
-    for mode in ("sync", "async"):
+    for mode in ("sync", "async", "free", "all"):
         _, got, stats = run(sessions[mode], kind, text)
         assert stats.drafted > 0, f"{mode}: no draft was verified, the check would be vacuous"
         assert_same_or_near_tie(sessions["target"], prompt, target, got)
@@ -115,7 +127,7 @@ def test_seeded_sampling_equals_target(
     (llama.cpp's single-token kernels round differently from its batched ones, and a
     sampled draw near a boundary would otherwise land on either side)."""
     _, target, _ = run(deterministic["target"], kind, text, sampling)
-    for mode in ("sync", "async"):
+    for mode in ("sync", "async", "free"):
         _, got, stats = run(deterministic[mode], kind, text, sampling)
         assert stats.drafted > 0
         assert got == target, f"{mode} differs from target with seed {sampling.seed}"

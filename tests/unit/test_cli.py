@@ -25,7 +25,11 @@ from duo.cli.main import main
             ["generate", "-p", "hi", "-m", "/nonexistent/model.gguf", "--mode", "target"],
             "model file not found",
         ),
-        (["generate", "-p", "hi", "-m", "/nonexistent/model.gguf"], "needs a draft model"),
+        (
+            ["generate", "-p", "hi", "-m", "/nonexistent/model.gguf", "--spec-type", "model"],
+            "needs a draft model",
+        ),
+        (["generate", "-p", "hi", "--spec-type", "ngram,lookahead"], "unknown draft source"),
         (["models", "prepare", "nope"], "unknown model pair"),
         (["back", "--lead", "ftp://host"], "--lead expects a URL"),
         (["lead", "--port", "0"], "positive integer"),

@@ -6,6 +6,7 @@ from typing import Any, cast
 
 import pytest
 
+from duo.core.draft import Proposal
 from duo.core.engine import generate, prefill
 from duo.core.stats import Stats
 from duo.drafting.sources import SyncDrafts, ThreadDrafts
@@ -78,8 +79,11 @@ class GarbageDrafts:
     def begin(self, prompt: Sequence[int]) -> None:
         pass
 
-    def propose(self, committed: Sequence[int], limit: int) -> list[int]:
-        return [self.rng.randrange(0, 16) for _ in range(self.rng.randrange(0, limit + 1))]
+    def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
+        def junk() -> tuple[int, ...]:
+            return tuple(self.rng.randrange(0, 16) for _ in range(self.rng.randrange(0, limit + 1)))
+
+        return [Proposal(f"junk{i}", junk(), grade=i) for i in range(self.rng.randrange(0, 4))]
 
     def commit(self, start: int, tokens: Sequence[int]) -> None:
         pass
@@ -87,7 +91,7 @@ class GarbageDrafts:
     def end(self) -> None:
         pass
 
-    def rest(self, resting: bool) -> None:
+    def rest(self, resting: frozenset[str]) -> None:
         pass
 
 
@@ -150,3 +154,30 @@ def test_context_limit_ends_with_length() -> None:
     rounds = list(generate(cast(Model, main), [1, 2], max_tokens=100))
     assert sum(len(r.tokens) for r in rounds) == 8
     assert rounds[-1].finish == "length"
+
+
+def test_several_sources_change_nothing_and_are_counted_apart() -> None:
+    """Garbage sources next to a useful one, chosen per source by the adaptive policy:
+    the output is the main model's, and each source's verified drafts are its own."""
+    from duo.core.policy import CostModel, PerSource
+    from duo.drafting.lookup import NgramDrafts
+    from duo.drafting.sources import Sources
+
+    table = table_model(3)  # the next token depends on the last two: the output cycles
+    prompt = [1, 2, 3]
+    policy = PerSource(CostModel({1: 1.0, 9: 1.1}))  # batches nearly free: drafts pay
+    drafts = Sources([GarbageDrafts(5), NgramDrafts(2, 4)])
+    stats = Stats()
+    out: list[int] = []
+    for r in generate(
+        cast(Model, FakeModel(table)), prompt, max_tokens=200, drafts=drafts, policy=policy
+    ):
+        stats.add(r)
+        out.extend(r.tokens)
+    assert out == reference(table, prompt, 200)
+    assert set(stats.by_source) <= {"ngram", "junk0", "junk1", "junk2"}
+    assert stats.by_source["ngram"].accepted > 50  # the lookup carries the repetition
+    assert stats.by_source["ngram"].acceptance_rate > max(
+        s.acceptance_rate for name, s in stats.by_source.items() if name != "ngram"
+    )
+    assert sum(s.drafted for s in stats.by_source.values()) == stats.drafted

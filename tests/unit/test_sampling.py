@@ -8,6 +8,7 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
+from duo.core.draft import Proposal
 from duo.core.engine import generate
 from duo.core.sampling import Dist, Greedy, SamplingParams
 from duo.drafting.sources import SyncDrafts, ThreadDrafts
@@ -89,10 +90,10 @@ class ProposeAlways:
     def begin(self, prompt: Sequence[int]) -> None: ...
     def commit(self, start: int, toks: Sequence[int]) -> None: ...
     def end(self) -> None: ...
-    def rest(self, resting: bool) -> None: ...
+    def rest(self, resting: frozenset[str]) -> None: ...
 
-    def propose(self, committed: Sequence[int], limit: int) -> list[int]:
-        return self.guess[:limit]
+    def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
+        return [Proposal("fixed", tuple(self.guess[:limit]))]
 
 
 def chi_square(counts: np.ndarray, probs: np.ndarray) -> float:

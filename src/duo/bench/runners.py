@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from duo.core.sampling import SamplingParams
-from duo.core.stats import Stats
+from duo.core.stats import SourceStats, Stats
 from duo.errors import UsageError
 from duo.llama.backend import Model
 from duo.service.config import ModelConfig, SpecConfig
@@ -85,6 +85,8 @@ class InProcess(Runner):
         self.session.run(self.tokenized[-1], min(n, 16), sampling=sampling)  # warm-up
 
     def one(self, i: int) -> tuple[Stats, float]:
+        if i == 0:  # a new repeat: the suffix cache must not remember the answers
+            self.session.forget()
         clock = _FirstRound()
         return self.session.run(self.tokenized[i], self.n, clock, self.sampling), clock.seconds
 
@@ -111,25 +113,27 @@ def _cores(cores: frozenset[int] | None, unpinned: str) -> str:
 
 def _devices(spec: SpecConfig, models: ModelConfig) -> str:
     text = f"main: cores {_cores(spec.main_cores, 'all')} x{models.threads}t"
-    if spec.mode != "target":
+    if spec.mode != "target" and models.draft is not None and "model" in spec.spec_types:
         text += f"; draft: cores {_cores(spec.draft_cores, 'all')} x{models.draft_threads}t"
     return text
 
 
 class LeadBack(Runner):
-    """`duo lead` and `duo back` as two processes over loopback, through the HTTP API."""
-
-    mode = "lead+back"
+    """lead+back(+free): `duo lead` and `duo back` as two processes on loopback. The lead's
+    suffix cache would remember a repeat's answers, so these modes leave it out."""
 
     def __init__(
         self,
+        mode: str,
         models: ModelConfig,
         spec: SpecConfig,
         prompts: list[Prompt],
         n: int,
         sampling: SamplingParams,
+        spec_types: str,
     ) -> None:
         assert models.draft is not None
+        self.mode = mode
         self.prompts, self.n, self.sampling = prompts, n, sampling
         self.devices = _devices(spec, models) + " (2 processes)"
         port = _free_port()
@@ -139,7 +143,7 @@ class LeadBack(Runner):
         lead_cmd = [
             sys.executable, "-m", "duo", "lead", "-m", str(models.main), "--port", str(port),
             "--quiet", "--draft", str(spec.draft_max), "-t", str(models.threads),
-            "--policy", "adaptive" if spec.adaptive else "fixed",
+            "--policy", "adaptive" if spec.adaptive else "fixed", "--spec-type", spec_types,
             "-ngl", str(models.n_gpu_layers), "-c", str(models.n_ctx),
         ]  # fmt: skip
         if pin_main:
@@ -294,6 +298,10 @@ def _complete(
         accepted=timings["draft_n_accepted"],
         decode_seconds=timings["predicted_ms"] / 1000,
         llama_seconds=timings["main_decode_ms"] / 1000,
+        by_source={
+            name: SourceStats(x["draft_n"], x["draft_n_accepted"])
+            for name, x in timings.get("draft_sources", {}).items()
+        },
     )
     return s, ttft
 

@@ -34,10 +34,22 @@ from duo.bench.sim import Trace, simulate_async
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.errors import UsageError
-from duo.service.config import ModelConfig, SpecConfig
+from duo.service.config import Mode, ModelConfig, SpecConfig
 from duo.service.session import Session
 
-MODES = ("target-1", "target-all", "sync", "async", "lead+back")
+MODES = (
+    "target-1",
+    "target-all",
+    "sync",
+    "async",
+    "free-1",
+    "free-all",
+    "async+free",
+    "lead+back",
+    "lead+back+free",
+)
+MODEL_ONLY = frozenset({"model"})  # sync, async, lead+back: the draft model alone
+FREE = frozenset({"ngram", "suffix"})  # free-1, free-all: no draft model
 PEER_MODES = ("llama.cpp", "llama.cpp-spec")  # llama.cpp's own binaries, when available
 
 
@@ -59,6 +71,8 @@ class ModeResult:
     speedup_vs_sync: float | None = None
     devices: str = ""
     trace: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) per round
+    # per draft source: {"draft_n", "draft_n_accepted", "acceptance_rate"}
+    sources: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -82,6 +96,13 @@ class Report:
                 f"{'' if m.wire_bytes_per_token is None else f'{m.wire_bytes_per_token:.1f}':>6}"
                 f"  {m.devices}"
             )
+        for m in self.modes:
+            if len(m.sources) > 1 or (m.sources and m.mode not in ("sync", "async")):
+                parts = [
+                    f"{name} {x['draft_n_accepted']:.0f}/{x['draft_n']:.0f}"
+                    for name, x in sorted(m.sources.items(), key=lambda kv: -kv[1]["draft_n"])
+                ]
+                rows.append(f"  {m.mode}: accepted/verified by source: {', '.join(parts)}")
         if self.ceiling_tokens_per_second:
             rows.append(
                 f"ceiling (a drafter that costs nothing, at sync's measured agreement): "
@@ -109,9 +130,19 @@ def _x(v: float | None) -> str:
     return "" if v is None else f"{v:.2f}x"
 
 
-def load_prompts(path: str | None) -> list[Prompt]:
+SUITES: dict[str, tuple[str, ...]] = {
+    "chat": ("suite.jsonl",),
+    "grounded": ("grounded.jsonl",),
+    "all": ("suite.jsonl", "grounded.jsonl"),
+}
+
+
+def load_prompts(path: str | None, suite: str = "chat") -> list[Prompt]:
+    """A JSON-lines file of prompts, or a bundled suite: chat (everyday questions, code,
+    stories) or grounded (answers that reuse the prompt: rewrite, extract, convert)."""
     if path is None:
-        text = resources.files("duo").joinpath("prompts/suite.jsonl").read_text()
+        bundled = resources.files("duo").joinpath("prompts")
+        text = "\n".join(bundled.joinpath(name).read_text() for name in SUITES[suite])
     else:
         try:
             text = Path(path).read_text()
@@ -156,6 +187,14 @@ def _summarise(mode: str, runs: list[list[Stats]], ttfts: list[float], devices: 
         overhead_ms_per_round=total.overhead_ms_per_round,
         devices=devices,
         trace=total.trace if total.drafted else [],
+        sources={
+            name: {
+                "draft_n": x.drafted,
+                "draft_n_accepted": x.accepted,
+                "acceptance_rate": x.acceptance_rate,
+            }
+            for name, x in total.by_source.items()
+        },
     )
 
 
@@ -226,18 +265,28 @@ def run(
 
     def open_runner(mode: str) -> Runner:
         log(f"{mode}: loading")
+        every_core = replace(target, threads=len(all_cores))
         if mode == "target-1":
-            cfg = SpecConfig(**{**asdict(spec), "mode": "target", "draft_cores": None})
+            cfg = replace(spec, mode="target", draft_cores=None)
             return InProcess(mode, target, cfg, prompts, n, sampling)
         if mode == "target-all":
-            every_core = replace(target, threads=len(all_cores))
             return InProcess(mode, every_core, SpecConfig(mode="target"), prompts, n, sampling)
         if mode in ("sync", "async"):
-            cfg = SpecConfig(**{**asdict(spec), "mode": mode})
+            model_mode: Mode = "sync" if mode == "sync" else "async"
+            cfg = replace(spec, mode=model_mode, spec_types=MODEL_ONLY)
             return InProcess(mode, models, cfg, prompts, n, sampling)
+        if mode == "free-1":  # free drafters, the main model on the main device
+            cfg = replace(spec, draft_cores=None, spec_types=FREE)
+            return InProcess(mode, target, cfg, prompts, n, sampling)
+        if mode == "free-all":  # free drafters need no core: the main model takes them all
+            cfg = replace(spec, main_cores=None, draft_cores=None, spec_types=FREE)
+            return InProcess(mode, every_core, cfg, prompts, n, sampling)
+        if mode == "async+free":
+            return InProcess(mode, models, spec, prompts, n, sampling)
         if mode in PEER_MODES:
             return LlamaCpp(mode, models, spec, prompts, n, llama_cpp_bin)
-        return LeadBack(models, spec, prompts, n, sampling)
+        types = "model" if mode == "lead+back" else "model,ngram"  # no suffix: see LeadBack
+        return LeadBack(mode, models, spec, prompts, n, sampling, types)
 
     turns = [modes] if interleave else [[mode] for mode in modes]
     results: dict[str, ModeResult] = {}

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from duo.channel import protocol as p
-from duo.core.draft import Draft, advance, merge, usable
+from duo.core.draft import Draft, Proposal, advance, merge, usable
 
 MAX_KEPT = 1024  # tokens of guesses kept per back
 
@@ -27,6 +27,10 @@ class Remote:
     send: Callable[[p.Message], None]  # to this back; callable from any thread
     lock: threading.Lock = field(default_factory=threading.Lock)
     draft: Draft | None = None  # guarded by lock
+
+    @property
+    def source(self) -> str:
+        return f"back:{self.name}"
 
 
 class Backs:
@@ -51,15 +55,16 @@ class Backs:
                     remote.draft = None
             self._send_all(p.Begin(self.session, tuple(prompt)))
 
-    def propose(self, committed: Sequence[int], limit: int) -> list[int]:
-        best: list[int] = []
+    def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
+        """One proposal per back with a usable draft: each back is a source of its own."""
+        proposals = []
         for remote in self._remotes:
             with remote.lock:
                 remote.draft = advance(committed, remote.draft)
                 tokens = usable(committed, remote.draft, limit)
-            if len(tokens) > len(best):
-                best = tokens
-        return best
+            if tokens:
+                proposals.append(Proposal(remote.source, tuple(tokens)))
+        return proposals
 
     def commit(self, start: int, tokens: Sequence[int]) -> None:
         with self._lock:
@@ -74,7 +79,7 @@ class Backs:
             self._committed = None
             self._send_all(p.End(self.session))
 
-    def rest(self, resting: bool) -> None:
+    def rest(self, resting: frozenset[str]) -> None:
         """Backs keep drafting: on a device of their own they cost the lead nothing."""
 
     def _send_all(self, msg: p.Message) -> None:

@@ -6,7 +6,15 @@ import argparse
 
 from duo.core.sampling import SamplingParams
 from duo.llama.models import PAIRS
-from duo.service.config import MODES, ModelConfig, SpecConfig, parse_pin, resolve_models
+from duo.service.config import (
+    MODES,
+    SPEC_TYPES,
+    ModelConfig,
+    SpecConfig,
+    parse_pin,
+    parse_spec_types,
+    resolve_models,
+)
 
 
 def positive(text: str) -> int:
@@ -75,6 +83,22 @@ def add_spec_args(p: argparse.ArgumentParser, *, modes: bool = True) -> None:
         default="adaptive",
         help="async: verify only the draft prefix worth its cost (adaptive, default) "
         "or every draft token ready (fixed)",
+    )
+    g.add_argument(
+        "--spec-type",
+        default=",".join(SPEC_TYPES),
+        metavar="LIST",
+        help="draft sources, comma-separated: model (the draft model, -md, and backs), "
+        "ngram (lookup in the request itself), suffix (earlier requests); llama.cpp's "
+        "names work too (draft-simple, ngram-simple, ngram-map-k, ngram-mod, ngram-cache); "
+        "none = no drafting (default %(default)s)",
+    )
+    g.add_argument(
+        "--spec-ngram-size-n",
+        type=positive,
+        default=5,
+        metavar="N",
+        help="longest n-gram looked up, down to 2 (default %(default)s)",
     )
     g.add_argument(
         "--pin", metavar="MAIN:DRAFT", help="pin main and drafter to cores, e.g. 0:1 (Linux)"
@@ -160,6 +184,8 @@ def spec_config(args: argparse.Namespace) -> SpecConfig:
         draft_cores=draft_cores,
         adaptive=args.policy == "adaptive",
         deterministic=args.deterministic,
+        spec_types=parse_spec_types(args.spec_type),
+        ngram_max=max(2, args.spec_ngram_size_n),
     )
 
 

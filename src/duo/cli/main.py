@@ -143,7 +143,9 @@ def cmd_models(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from duo.bench import suite as bench
 
-    prompts = bench.load_prompts(args.prompts)
+    if args.prompts and args.suite != "chat":
+        raise UsageError("give either --prompts FILE or --suite, not both")
+    prompts = bench.load_prompts(args.prompts, args.suite)
     if args.repeat > 1 and len(prompts) < 2:
         raise UsageError("--repeat needs at least two prompts (a drafter would cache the answer)")
     devices = args.devices
@@ -248,7 +250,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="modes to measure (default: all)",
     )
     g.add_argument("-n", "--n-predict", type=positive, default=128, help="tokens per prompt")
-    g.add_argument("--prompts", help="JSON-lines prompt suite (default: the bundled dozen)")
+    g.add_argument("--prompts", help="a JSON-lines prompt file of your own")
+    g.add_argument(
+        "--suite",
+        choices=("chat", "grounded", "all"),
+        default="chat",
+        help="bundled prompts: chat (12 everyday prompts), grounded (answers that reuse the "
+        "prompt), all (default %(default)s)",
+    )
     g.add_argument("--repeat", type=positive, default=3, help="repeats of the suite (median)")
     g.add_argument("--draft", type=positive, default=8, metavar="K", help="draft tokens per round")
     g.add_argument("--max-ahead", type=positive, default=12, metavar="N", help="drafter run-ahead")

@@ -12,6 +12,24 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
+class Proposal:
+    """A draft source's offer for the next round: tokens that continue the committed ones.
+
+    `source` names where it came from ("model", "ngram", "suffix", "back:NAME"); `grade`
+    is the source's own confidence class (an n-gram's match length, say): acceptance is
+    learnt per (source, grade), so a long match can be trusted more than a short one.
+    """
+
+    source: str
+    tokens: tuple[int, ...]
+    grade: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.source}/{self.grade}" if self.grade else self.source
+
+
+@dataclass(frozen=True, slots=True)
 class Draft:
     """Guessed tokens for positions start, start+1, ... of the sequence."""
 

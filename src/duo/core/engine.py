@@ -1,11 +1,11 @@
 """The lead's decoding loop: one verification round at a time, never waiting for drafts.
 
-Per round: take whatever draft is ready that continues the committed tokens (possibly
-none), evaluate [last committed] + draft in one batch with logits for every position,
-sample-and-compare (duo.verify), commit the accepted tokens plus the correction or bonus,
-roll the main KV back past what was rejected, and tell the draft source what was
-committed. The loop is synchronous and does no I/O: the CLI, the in-process async mode
-and the lead service all drive it.
+Per round: take the proposals ready that continue the committed tokens (possibly none),
+let the policy choose which one and how much of it to verify, evaluate [last committed]
++ draft in one batch with logits for every position, sample-and-compare (duo.verify),
+commit the accepted tokens plus the correction or bonus, roll the main KV back past what
+was rejected, and tell the draft sources what was committed. The loop is synchronous and
+does no I/O: the CLI, the in-process async mode and the lead service all drive it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from duo.core.policy import FixedPolicy, Policy
+from duo.core.draft import Proposal
+from duo.core.policy import Chooser, Longest
 from duo.core.sampling import Greedy, Logits, Sampler
 from duo.core.verify import verify
 from duo.errors import PromptTooLong, UsageError
@@ -43,13 +44,13 @@ class MainModel(Protocol):
 
 
 class DraftSource(Protocol):
-    """Where drafts come from: nothing, a synchronous drafter, a thread, the network."""
+    """Where drafts come from: nothing, a drafter, the network, lookups; or several."""
 
     def begin(self, prompt: Sequence[int]) -> None:
         """A new generation starts from these prompt tokens."""
 
-    def propose(self, committed: Sequence[int], limit: int) -> list[int]:
-        """A draft continuing `committed` (at most `limit` tokens), or []."""
+    def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
+        """Proposals continuing `committed` (at most `limit` tokens each); maybe none."""
         ...
 
     def commit(self, start: int, tokens: Sequence[int]) -> None:
@@ -58,8 +59,9 @@ class DraftSource(Protocol):
     def end(self) -> None:
         """The generation is over."""
 
-    def rest(self, resting: bool) -> None:
-        """Stop drafting (but keep hearing commits) while resting; catch up after."""
+    def rest(self, resting: frozenset[str]) -> None:
+        """Sources whose key is in `resting` stop drafting (but keep hearing commits) and
+        catch up when they are no longer in it."""
 
 
 class NoDrafts:
@@ -68,7 +70,7 @@ class NoDrafts:
     def begin(self, prompt: Sequence[int]) -> None:
         pass
 
-    def propose(self, committed: Sequence[int], limit: int) -> list[int]:
+    def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
         return []
 
     def commit(self, start: int, tokens: Sequence[int]) -> None:
@@ -77,7 +79,7 @@ class NoDrafts:
     def end(self) -> None:
         pass
 
-    def rest(self, resting: bool) -> None:
+    def rest(self, resting: frozenset[str]) -> None:
         pass
 
 
@@ -91,6 +93,7 @@ class Round:
     seconds: float  # wall time of the round
     llama_seconds: float  # of which inside llama_decode
     finish: Finish | None = None
+    source: str | None = None  # whose draft was verified
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +129,7 @@ def generate(
     drafts: DraftSource | None = None,
     draft_max: int = 8,
     sampler: Sampler | None = None,
-    policy: Policy | None = None,
+    policy: Chooser | None = None,
     on_prefill: Callable[[Prefill], None] | None = None,
     min_batch: int = 1,
 ) -> Iterator[Round]:
@@ -144,7 +147,7 @@ def generate(
         raise UsageError("the number of tokens to generate must be positive")
     drafts = drafts or NoDrafts()
     sampler = sampler or Greedy()
-    policy = policy or FixedPolicy()
+    policy = policy or Longest()
     committed = list(prompt)
     produced = 0
     drafts.begin(prompt)
@@ -156,18 +159,17 @@ def generate(
             t0 = time.perf_counter()
             # Room for the draft: the bonus token counts against max_tokens too.
             room = min(draft_max, max_tokens - produced - 1, main.n_ctx - len(committed))
-            drafts.rest(not policy.wants_drafts)
+            drafts.rest(policy.resting)
             offered = drafts.propose(committed, room) if room > 0 else []
-            draft = offered[: policy.choose(len(offered))]
+            chosen, n = policy.choose(offered)
+            draft = list(chosen.tokens[:n]) if chosen else []
             t1 = time.perf_counter()
             batch = [committed[-1], *draft]
             logits = main.decode(batch + batch[-1:] * (min_batch - len(batch)))
             t2 = time.perf_counter()
             verdict = verify(draft, _sampler_at(sampler, logits, committed, draft))
             main.truncate(len(committed) + verdict.accepted)
-            unverified = offered[len(draft) :]
-            next_agreed = unverified[0] == verdict.tokens[-1] if unverified else None
-            policy.observe(len(draft), verdict.accepted, t2 - t1, next_agreed)
+            policy.observe(chosen, n, verdict.accepted, t2 - t1, offered, verdict.tokens)
             tokens, finish = _finish(main, verdict.tokens)
             start = len(committed)
             committed.extend(tokens)
@@ -177,7 +179,8 @@ def generate(
             if tokens:
                 drafts.commit(start, tokens)
             t3 = time.perf_counter()
-            yield Round(tokens, len(draft), verdict.accepted, t3 - t0, t2 - t1, finish)
+            source = chosen.source if chosen and n else None
+            yield Round(tokens, n, verdict.accepted, t3 - t0, t2 - t1, finish, source)
             if finish:
                 return
     finally:

@@ -12,6 +12,18 @@ from duo.core.engine import Prefill, Round
 
 
 @dataclass(slots=True)
+class SourceStats:
+    """Draft tokens verified and accepted from one source ("model", "ngram", "back:NAME")."""
+
+    drafted: int = 0
+    accepted: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+
+@dataclass(slots=True)
 class Stats:
     prompt_tokens: int = 0
     prefill_seconds: float = 0.0
@@ -24,6 +36,7 @@ class Stats:
     accepted_at: list[int] = field(default_factory=list)  # per draft position
     drafted_at: list[int] = field(default_factory=list)
     trace: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) per round
+    by_source: dict[str, SourceStats] = field(default_factory=dict)  # whose drafts were verified
 
     def add_prefill(self, p: Prefill) -> None:
         self.prompt_tokens += p.prompt_tokens
@@ -37,6 +50,10 @@ class Stats:
         self.decode_seconds += r.seconds
         self.llama_seconds += r.llama_seconds
         self.trace.append((r.drafted, r.accepted))
+        if r.source is not None and r.drafted:
+            mine = self.by_source.setdefault(r.source, SourceStats())
+            mine.drafted += r.drafted
+            mine.accepted += r.accepted
         while len(self.drafted_at) < r.drafted:
             self.drafted_at.append(0)
             self.accepted_at.append(0)
@@ -54,6 +71,10 @@ class Stats:
         self.accepted += other.accepted
         self.decode_seconds += other.decode_seconds
         self.llama_seconds += other.llama_seconds
+        for name, theirs in other.by_source.items():
+            mine = self.by_source.setdefault(name, SourceStats())
+            mine.drafted += theirs.drafted
+            mine.accepted += theirs.accepted
         for i, (d, a) in enumerate(zip(other.drafted_at, other.accepted_at, strict=True)):
             if i == len(self.drafted_at):
                 self.drafted_at.append(0)
@@ -92,4 +113,10 @@ class Stats:
             f"acceptance rate {self.acceptance_rate:.2f}, "
             f"mean acceptance length {self.mean_acceptance_length:.2f} "
             f"({self.rounds} rounds)",
+            *([f"by source: {self.sources_text()}"] if self.by_source else []),
         ]
+
+    def sources_text(self) -> str:
+        """'ngram 40/35, model 9/5': accepted/drafted per source, most drafted first."""
+        ranked = sorted(self.by_source.items(), key=lambda kv: -kv[1].drafted)
+        return ", ".join(f"{name} {s.accepted}/{s.drafted}" for name, s in ranked)

@@ -1,13 +1,15 @@
-"""Draft sources for one process: classic (synchronous) and concurrent (async) drafting."""
+"""Model drafters in this process (classic and concurrent), and several sources as one."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from duo.core.draft import Draft, usable
+from duo.core.draft import Draft, Proposal, usable
 from duo.core.engine import DraftSource
 from duo.drafting.drafter import DraftWorker, Mirror
 from duo.llama.backend import Model
+
+MODEL = "model"  # the source name of a draft model in this process
 
 
 class SyncDrafts:
@@ -19,16 +21,16 @@ class SyncDrafts:
     def begin(self, prompt: Sequence[int]) -> None:
         pass
 
-    def propose(self, committed: Sequence[int], limit: int) -> list[int]:
+    def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
         self.mirror.follow(committed)
         while self.mirror.ahead(len(committed)) < limit:
             self.mirror.extend()
-        return list(self.mirror.draft(len(committed))[:limit])
+        return [Proposal(MODEL, self.mirror.draft(len(committed))[:limit])]
 
     def commit(self, start: int, tokens: Sequence[int]) -> None:
         pass
 
-    def rest(self, resting: bool) -> None:
+    def rest(self, resting: frozenset[str]) -> None:
         pass  # drafts only when asked
 
     def end(self) -> None:
@@ -51,8 +53,9 @@ class ThreadDrafts:
         self._latest = None
         self.worker.begin(prompt)
 
-    def propose(self, committed: Sequence[int], limit: int) -> list[int]:
-        return usable(committed, self._latest, limit, self.n_vocab)
+    def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
+        tokens = usable(committed, self._latest, limit, self.n_vocab)
+        return [Proposal(MODEL, tuple(tokens))] if tokens else []
 
     def commit(self, start: int, tokens: Sequence[int]) -> None:
         self.worker.commit(start, tokens)
@@ -60,15 +63,15 @@ class ThreadDrafts:
     def end(self) -> None:
         self.worker.end()
 
-    def rest(self, resting: bool) -> None:
-        self.worker.rest(resting)
+    def rest(self, resting: frozenset[str]) -> None:
+        self.worker.rest(MODEL in resting)
 
     def close(self) -> None:
         self.worker.stop()
 
 
-class Longest:
-    """Several draft sources at once: the longest usable proposal wins."""
+class Sources:
+    """Several draft sources at once: every proposal goes to the policy, which picks."""
 
     def __init__(self, sources: list[DraftSource]) -> None:
         self.sources = sources
@@ -77,8 +80,8 @@ class Longest:
         for s in self.sources:
             s.begin(prompt)
 
-    def propose(self, committed: Sequence[int], limit: int) -> list[int]:
-        return max((s.propose(committed, limit) for s in self.sources), key=len, default=[])
+    def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
+        return [p for s in self.sources for p in s.propose(committed, limit)]
 
     def commit(self, start: int, tokens: Sequence[int]) -> None:
         for s in self.sources:
@@ -88,6 +91,6 @@ class Longest:
         for s in self.sources:
             s.end()
 
-    def rest(self, resting: bool) -> None:
+    def rest(self, resting: frozenset[str]) -> None:
         for s in self.sources:
             s.rest(resting)

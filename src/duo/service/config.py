@@ -17,6 +17,38 @@ from duo.llama.models import DEFAULT_PAIR, get_pair, prepare
 Mode = Literal["target", "sync", "async"]
 MODES: tuple[Mode, ...] = get_args(Mode)
 
+# Draft sources (--spec-type): a draft model (in process, or backs), n-gram lookup in the
+# request itself, the suffix cache of earlier requests. llama.cpp's names are aliases
+# where the idea is the same.
+SPEC_TYPES = ("model", "ngram", "suffix")
+SPEC_ALIASES = {
+    "draft": "model",
+    "draft-simple": "model",
+    "ngram-simple": "ngram",
+    "ngram-map-k": "ngram",
+    "ngram-map-k4v": "ngram",
+    "ngram-mod": "ngram",
+    "ngram-cache": "suffix",
+}
+DEFAULT_SPEC_TYPES = frozenset(SPEC_TYPES)
+
+
+def parse_spec_types(text: str) -> frozenset[str]:
+    """'ngram,suffix,model' (or llama.cpp's names; 'none' for no drafting)."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if names == ["none"]:
+        return frozenset()
+    types = set()
+    for name in names:
+        canonical = SPEC_ALIASES.get(name, name)
+        if canonical not in SPEC_TYPES:
+            known = ", ".join([*SPEC_TYPES, *SPEC_ALIASES, "none"])
+            raise UsageError(f"--spec-type: unknown draft source {name!r} (known: {known})")
+        types.add(canonical)
+    if not types:
+        raise UsageError("--spec-type needs at least one draft source, or 'none'")
+    return frozenset(types)
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -42,6 +74,8 @@ class SpecConfig:
     draft_cores: frozenset[int] | None = None  # --pin: cores of the drafter
     adaptive: bool = True  # --policy: verify only the draft prefix worth its cost (async)
     deterministic: bool = False  # --deterministic: pad rounds to batches (identical numerics)
+    spec_types: frozenset[str] = DEFAULT_SPEC_TYPES  # --spec-type: the draft sources
+    ngram_max: int = 5  # --spec-ngram-size-n: the longest n-gram looked up (down to 2)
 
 
 def resolve_models(

@@ -163,7 +163,7 @@ class Lead:
             self.metrics.add(stats)
             log.info(
                 "request: prompt %d tokens (%d ms), generated %d tokens at %.1f tok/s, "
-                "drafted %d, accepted %d, mean acceptance length %.2f, finish %s",
+                "drafted %d, accepted %d, mean acceptance length %.2f, finish %s%s",
                 stats.prompt_tokens,
                 1000 * stats.prefill_seconds,
                 stats.tokens,
@@ -172,6 +172,7 @@ class Lead:
                 stats.accepted,
                 stats.mean_acceptance_length,
                 finish,
+                f" (by source: {stats.sources_text()})" if stats.by_source else "",
             )
             emit(Done(finish, stats))
         except DuoError as e:

@@ -98,4 +98,12 @@ class Metrics:
                 f"# TYPE duo_{name} {kind}",
                 f"duo_{name} {value:g}",
             ]
+        for name, help_text, attr in (
+            ("source_draft_tokens_total", "Draft tokens verified, by source.", "drafted"),
+            ("source_draft_tokens_accepted_total", "Draft tokens accepted, by source.", "accepted"),
+        ):
+            lines += [f"# HELP duo_{name} {help_text}", f"# TYPE duo_{name} counter"]
+            for source, counts in sorted(t.by_source.items()):
+                label = source.replace("\\", "\\\\").replace('"', '\\"')
+                lines.append(f'duo_{name}{{source="{label}"}} {getattr(counts, attr)}')
         return "\n".join(lines) + "\n"

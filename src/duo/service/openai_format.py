@@ -144,7 +144,7 @@ def usage(s: Stats) -> dict[str, int]:
     }
 
 
-def timings(s: Stats) -> dict[str, float]:
+def timings(s: Stats) -> dict[str, Any]:
     """llama.cpp server's `timings`, plus the speculation figures."""
     return {
         "prompt_n": s.prompt_tokens,
@@ -159,6 +159,10 @@ def timings(s: Stats) -> dict[str, float]:
         "acceptance_rate": s.acceptance_rate,
         "mean_acceptance_length": s.mean_acceptance_length,
         "rounds": s.rounds,
+        "draft_sources": {
+            name: {"draft_n": x.drafted, "draft_n_accepted": x.accepted}
+            for name, x in s.by_source.items()
+        },
     }
 
 

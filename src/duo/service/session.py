@@ -8,8 +8,11 @@ Modes:
     async   the drafter runs concurrently on its own thread (and core) and drafts
             continuously; the main model verifies whatever is ready, never waiting
 
-A lead adds its connected backs as a `remote` draft source: with or without a local
-drafter (-md), the backs' drafts compete with it round by round.
+Draft sources (`SpecConfig.spec_types`): the draft model (-md) in this process, n-gram
+lookup in the request's own tokens, the suffix cache of earlier requests, and, for a
+lead, its connected backs (`remote`). Every source proposes each round; in async mode the
+policy verifies the proposal worth the most tokens per second (duo.core.policy.PerSource),
+in sync mode the longest. The target mode uses none.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from duo.core.engine import DraftSource, NoDrafts, Round, generate
-from duo.core.policy import AdaptivePolicy, FixedPolicy, Policy, calibrate
+from duo.core.policy import Chooser, Longest, PerSource, calibrate
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
-from duo.drafting.sources import Longest, SyncDrafts, ThreadDrafts
+from duo.drafting.lookup import NgramDrafts, SuffixDrafts
+from duo.drafting.sources import Sources, SyncDrafts, ThreadDrafts
 from duo.errors import IncompatibleModels, UsageError
 from duo.llama.backend import Model
 from duo.service.config import ModelConfig, SpecConfig
@@ -43,15 +47,17 @@ class Session:
     def __init__(
         self, models: ModelConfig, spec: SpecConfig, remote: DraftSource | None = None
     ) -> None:
-        if spec.mode != "target" and models.draft is None and remote is None:
-            raise UsageError(f"mode {spec.mode} needs a draft model (-md)")
+        types = spec.spec_types if spec.mode != "target" else frozenset()
+        if types == {"model"} and models.draft is None and remote is None:
+            raise UsageError(f"mode {spec.mode} with --spec-type model needs a draft model (-md)")
         self.spec = spec
         self.main = _load(models.main, models.n_ctx, models.threads, models.n_gpu_layers)
         self.draft: Model | None = None
         self.local: SyncDrafts | ThreadDrafts | None = None
-        self._policy: Policy | None = None
+        self.suffix = SuffixDrafts() if "suffix" in types else None
+        self._policy: Chooser | None = None
         try:
-            if spec.mode != "target" and models.draft is not None:
+            if "model" in types and models.draft is not None:
                 self.draft = _load(
                     models.draft, self.main.n_ctx, models.draft_threads, models.n_gpu_layers_draft
                 )
@@ -60,9 +66,13 @@ class Session:
         except BaseException:
             self.close()
             raise
-        sources = [s for s in (self.local, remote) if s is not None]
+        free: list[DraftSource] = [NgramDrafts(2, spec.ngram_max)] if "ngram" in types else []
+        if self.suffix is not None:
+            free.append(self.suffix)
+        remote = remote if spec.mode != "target" else None
+        sources = [s for s in (*free, self.local, remote) if s is not None]
         self.drafts: DraftSource = (
-            NoDrafts() if not sources else sources[0] if len(sources) == 1 else Longest(sources)
+            NoDrafts() if not sources else sources[0] if len(sources) == 1 else Sources(sources)
         )
 
     def rounds(
@@ -102,17 +112,21 @@ class Session:
         """The prompt of a chat, through the main model's own chat template."""
         return self.main.tokenize(self.main.render_chat(messages), add_special=False)
 
-    def policy(self) -> Policy:
-        """Async verifies what is worth it (the main model's costs measured on first use,
-        on the calling thread: call it where generation runs); sync is classic."""
+    def policy(self) -> Chooser:
+        """Async verifies what is worth it, per source (the main model's costs measured on
+        first use, on the calling thread: call it where generation runs); sync verifies
+        the longest proposal whole, as classic speculative decoding does."""
         if self._policy is None:
             adaptive = self.spec.mode == "async" and self.spec.adaptive
             self._policy = (
-                AdaptivePolicy(calibrate(self.main, self.spec.draft_max + 1))
-                if adaptive
-                else FixedPolicy()
+                PerSource(calibrate(self.main, self.spec.draft_max + 1)) if adaptive else Longest()
             )
         return self._policy
+
+    def forget(self) -> None:
+        """Forget earlier requests (the suffix cache): a benchmark's repeat starts afresh."""
+        if self.suffix is not None:
+            self.suffix.forget()
 
     def close(self) -> None:
         if isinstance(self.local, ThreadDrafts):

@@ -1,0 +1,81 @@
+"""Free drafters: proposals that cost no model pass, as draft sources.
+
+`NgramDrafts` looks the last few committed tokens up in the request's own tokens (prompt
+lookup); `SuffixDrafts` looks them up in earlier requests (a suffix cache shared by every
+generation of a process). Both answer in microseconds on the lead's engine thread, need
+no core of their own and never rest. A proposal's grade is its match length, so the
+policy learns how far to trust a long match apart from a short one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from duo.core.draft import Proposal
+from duo.drafting.ngram import Match, NgramIndex
+from duo.drafting.suffix import SuffixCache
+
+NGRAM, SUFFIX = "ngram", "suffix"
+WEAK = 100  # grade offset of a match whose continuation disagreed with itself before
+
+
+def grade(m: Match) -> int:
+    """Match length, apart for matches followed by other tokens at least half the time."""
+    return m.length + (WEAK if m.confidence < 0.5 else 0)
+
+
+class NgramDrafts:
+    def __init__(self, n_min: int = 2, n_max: int = 5) -> None:
+        self.index = NgramIndex(n_min, n_max)
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.index.reset(prompt)
+
+    def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
+        if len(self.index) != len(committed):  # out of step (never, for the lead): resync
+            self.index.reset(committed)
+        m = self.index.lookup(limit)
+        return [Proposal(NGRAM, m.tokens, grade(m))] if m and limit > 0 else []
+
+    def commit(self, start: int, tokens: Sequence[int]) -> None:
+        if start == len(self.index):
+            self.index.extend(tokens)
+
+    def end(self) -> None:
+        pass
+
+    def rest(self, resting: frozenset[str]) -> None:
+        pass  # costs the main model nothing
+
+
+class SuffixDrafts:
+    """Drafts from the cache of earlier requests; adds each request to it when it ends."""
+
+    def __init__(self, cache: SuffixCache | None = None) -> None:
+        self.cache = cache or SuffixCache()
+        self._seq: list[int] = []
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self._seq = list(prompt)
+
+    def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
+        if not self.cache.requests or limit <= 0:
+            return []
+        m = self.cache.lookup(committed[-self.cache.max_match :], limit)
+        return [Proposal(SUFFIX, m.tokens, grade(m))] if m else []
+
+    def commit(self, start: int, tokens: Sequence[int]) -> None:
+        del self._seq[start:]
+        self._seq.extend(tokens)
+
+    def end(self) -> None:
+        if self._seq:
+            self.cache.add(self._seq)
+        self._seq = []
+
+    def rest(self, resting: frozenset[str]) -> None:
+        pass
+
+    def forget(self) -> None:
+        """Drop every earlier request (a benchmark's repeat must not find its answers)."""
+        self.cache = SuffixCache(self.cache.max_tokens, self.cache.max_match)
