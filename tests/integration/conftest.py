@@ -47,6 +47,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT as a terminal gives it. An ignored signal stays
+    ignored across exec (restore_signals only resets SIGPIPE, SIGXFZ and SIGXFSZ), and
+    Python installs its KeyboardInterrupt handler only where SIGINT is not ignored: under
+    `make test &` the child would shrug off the Ctrl-C a test sends it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Proc:
     """A duo subprocess whose output is kept in a file; always torn down."""
 
@@ -59,6 +67,7 @@ class Proc:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=_default_sigint,
         )
 
     def output(self) -> str:

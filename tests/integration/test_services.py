@@ -594,12 +594,11 @@ def test_bad_requests(lead: str) -> None:
             timeout=10,
         )
         assert_error(r, 400)
-    # Sampling (temperature > 0) is either served or refused with a 400 naming the field.
+    # Sampling (temperature > 0) is served.
     r = post(lead, "/v1/completions", {"prompt": "hi", "max_tokens": 4, "temperature": 0.7})
-    if r.status_code == 200:
-        assert r.json()["choices"][0]["finish_reason"] in ("stop", "length")
-    else:
-        assert assert_error(r, 400)["param"] == "temperature"
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["finish_reason"] in ("stop", "length")
+    assert r.json()["usage"]["completion_tokens"] <= 4
     assert_error(httpx.get(f"{lead}/v1/nowhere", timeout=10), 404)
     assert_error(httpx.get(f"{lead}/v1/completions", timeout=10), 405)
     # None of that disturbed the lead.

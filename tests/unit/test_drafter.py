@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import cast
 
 from duo.core.draft import Draft
@@ -56,6 +57,29 @@ def test_worker_drafts_ahead_up_to_max_ahead_and_publishes() -> None:
         worker.stop()
 
 
+class WatchedCondition(threading.Condition):
+    """A Condition that counts the waits begun on it, so a test can see the worker go
+    back to sleep rather than sleep itself and hope."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1  # the lock is held here
+        return super().wait(timeout)
+
+    def next_wait(self, act: Callable[[], None]) -> None:
+        """Do `act`, then return once the worker has begun a wait after it."""
+        with self:  # an RLock: act() may take it again
+            act()
+            seen = self.waits
+        deadline = time.monotonic() + 5
+        while self.waits == seen:
+            assert time.monotonic() < deadline, "the worker did not go back to waiting"
+            time.sleep(0.001)
+
+
 def test_a_resting_worker_hears_commits_without_decoding_then_catches_up_in_one_batch() -> None:
     table = table_model(22)
     model = FakeModel(table)
@@ -74,16 +98,19 @@ def test_a_resting_worker_hears_commits_without_decoding_then_catches_up_in_one_
                 timeout=5,
             )
 
-    worker = DraftWorker(Mirror(cast(Model, model)), publish, max_ahead=3).start()
+    worker = DraftWorker(Mirror(cast(Model, model)), publish, max_ahead=3)
+    cv = worker._cv = WatchedCondition()
+    worker.start()
     try:
         worker.begin([1, 2])
         wait_for(2, 3)
-        worker.rest(True)
-        time.sleep(0.1)  # a step under way ends; then nothing more
+        # A wait begun after rest(True) is a resting one: the worker checks _resting under
+        # the lock before every decode, so from here on it cannot decode until rest(False).
+        cv.next_wait(lambda: worker.rest(True))
         calls = len(model.decode_calls)
         committed = [1, 2, *[(t + 1) % 16 or 1 for t in reference(table, [1, 2], 10)]]
-        worker.commit(2, committed[2:])
-        time.sleep(0.2)
+        # The commit wakes the worker; it goes back to its wait without a decode.
+        cv.next_wait(lambda: worker.commit(2, committed[2:]))
         assert len(model.decode_calls) == calls  # heard, not evaluated
         worker.rest(False)
         wait_for(len(committed), 3)
