@@ -253,10 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompts", help="a JSON-lines prompt file of your own")
     g.add_argument(
         "--suite",
-        choices=("chat", "grounded", "all"),
+        choices=("chat",),
         default="chat",
-        help="bundled prompts: chat (12 everyday prompts), grounded (answers that reuse the "
-        "prompt), all (default %(default)s)",
+        help="bundled prompts: chat (12 everyday prompts; default)",
     )
     g.add_argument("--repeat", type=positive, default=3, help="repeats of the suite (median)")
     g.add_argument("--draft", type=positive, default=8, metavar="K", help="draft tokens per round")
