@@ -59,9 +59,10 @@ def mcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def shared(mcluster: Cluster) -> tuple[Proc, str]:
     """One lead shared by the tests that leave it as they found it (no back connected).
 
-    --policy fixed verifies every ready draft, so drafts from backs are really exercised.
+    --policy fixed verifies every ready draft, so drafts from backs are really exercised;
+    --spec-type model leaves the backs as its only draft sources (no n-gram lookup).
     """
-    return mcluster.lead("--policy", "fixed", "--quiet")
+    return mcluster.lead("--policy", "fixed", "--spec-type", "model", "--quiet")
 
 
 @pytest.fixture
