@@ -30,6 +30,14 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
     g.add_argument("--port", type=positive, default=5555, help="port (default %(default)s)")
     g.add_argument("--api-key", help="require this Bearer token on the API and drafter channel")
+    g.add_argument(
+        "--max-body",
+        type=positive,
+        default=8 * 1024 * 1024,
+        metavar="BYTES",
+        help="refuse request bodies larger than this with 413 (default %(default)s = 8 MiB: "
+        "a 128K-token context of text, escaped as JSON, with room to spare)",
+    )
     g.add_argument("--quiet", action="store_true", help="do not print generations")
     lead.set_defaults(func=cmd_lead)
 
@@ -97,6 +105,7 @@ def cmd_lead(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         api_key=args.api_key,
+        max_body=args.max_body,
         console=not args.quiet,
         color=sys.stdout.isatty(),
     )

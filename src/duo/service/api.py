@@ -12,14 +12,17 @@ Request parsing and response shapes live in duo.openai_format.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
@@ -27,10 +30,12 @@ from starlette.websockets import WebSocket
 from duo.channel import protocol
 from duo.core.sampling import SamplingParams
 from duo.errors import DuoError, PromptTooLong
+from duo.llama.backend import Model
 from duo.service.lead import Delta, Done, Failed, Job, Lead
 from duo.service.openai_format import (
     ApiError,
     chat_messages,
+    checked_text,
     error_response,
     field,
     read_body,
@@ -40,18 +45,79 @@ from duo.service.openai_format import (
     usage,
 )
 
+log = logging.getLogger(__name__)
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+# llama.cpp's vocabulary types, and the token attributes that let a special token swallow
+# the whitespace next to it (llama.h: enum llama_vocab_type, enum llama_token_attr).
+_VOCAB_SPM, _VOCAB_BPE = 1, 2
+_ATTR_STRIP = (1 << 7) | (1 << 8)  # LLAMA_TOKEN_ATTR_LSTRIP | LLAMA_TOKEN_ATTR_RSTRIP
+
+
+def longest_token_bytes(model: Model) -> int | None:
+    """The most bytes of prompt text one token can stand for, or None if no such bound holds.
+
+    A prompt of L UTF-8 bytes then has at least ceil(L / longest) tokens: it cannot fit the
+    context when L > (n_ctx - 1) * longest, which the lead can tell without tokenizing.
+
+    Why that is safe: llama.cpp's SPM and byte-level BPE tokenizers give every byte of the
+    text to exactly one token; none is dropped or normalised away (SPM's leading space and
+    its 3-byte "▁" for a space only lengthen the text). An ordinary token stands for its
+    piece, a byte token for one byte, and a special token matched in the text
+    (parse_special) for its vocabulary text: the longest piece or text over the whole
+    vocabulary bounds them all (a byte-level BPE token's text is longer than its bytes,
+    which only loosens the bound). The bound fails where a tokenizer drops text: WordPiece
+    and Unigram normalise whitespace away, and a special token with the LSTRIP or RSTRIP
+    attribute swallows the whitespace beside it (Phi-3's, for one). There: None.
+    """
+    lib, vocab = model._lib, model._vocab  # what backend.Model does not expose
+    if lib.llama_vocab_type(vocab) not in (_VOCAB_SPM, _VOCAB_BPE):
+        return None
+    longest = 1
+    for token in range(model.n_vocab):
+        if lib.llama_vocab_get_attr(vocab, token) & _ATTR_STRIP:
+            return None
+        text = lib.llama_vocab_get_text(vocab, token) or b""
+        longest = max(longest, len(text), len(model.piece(token)))
+    return int(longest)
+
+
+def _guarded(endpoint: Endpoint) -> Endpoint:
+    """An unexpected exception becomes a 500 JSON answer here, on a connection that stays
+    open: past Starlette's ServerErrorMiddleware, uvicorn would drop the connection."""
+
+    @functools.wraps(endpoint)
+    async def guarded(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except (ApiError, HTTPException):
+            raise
+        except ClientDisconnect:  # gone while sending the body
+            return Response(status_code=499)  # nobody is there to read it
+        except Exception:
+            log.exception("%s %s failed", request.method, request.url.path)
+            return error_response(500, "internal server error", kind="server_error")
+
+    return guarded
+
 
 class Api:
     def __init__(self, lead: Lead) -> None:
         self.lead = lead
+        self.max_body = lead.config.max_body
+        n_ctx = lead.main.n_ctx
+        longest = longest_token_bytes(lead.main)
+        # A prompt of more bytes than this cannot fit, whatever its tokens (see above).
+        self.max_prompt_bytes = None if longest is None else (n_ctx - 1) * longest
 
     def app(self) -> Starlette:
         routes = [
             Route("/health", self.health),
-            Route("/metrics", self.metrics),
-            Route("/v1/models", self.models),
-            Route("/v1/completions", self.completions, methods=["POST"]),
-            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/metrics", _guarded(self.metrics)),
+            Route("/v1/models", _guarded(self.models)),
+            Route("/v1/completions", _guarded(self.completions), methods=["POST"]),
+            Route("/v1/chat/completions", _guarded(self.chat), methods=["POST"]),
             WebSocketRoute(protocol.PATH, self.drafter),
         ]
         handlers = {
@@ -113,27 +179,30 @@ class Api:
 
     async def completions(self, request: Request) -> Response:
         self._authorize(request)
-        body = await read_body(request)
+        body = await read_body(request, self.max_body)
+        max_tokens, stops, sampling = sampling_fields(body, 16, self.lead.main.n_ctx)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
             prompt = prompt[0]
         if isinstance(prompt, str):
-            tokens = self.lead.tokenize(prompt)
-        elif (
-            isinstance(prompt, list)
-            and prompt
-            and all(
-                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < self.lead.main.n_vocab
-                for t in prompt
-            )
-        ):
+            text = checked_text(prompt, "prompt")
+            tokens = await self._tokenize(text, add_special=True, param="prompt")
+        elif isinstance(prompt, list) and prompt:
+            if len(prompt) >= self.lead.main.n_ctx:  # before looking at every element
+                self._check_fits(prompt, "prompt")
+            n_vocab = self.lead.main.n_vocab
+            if not all(
+                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in prompt
+            ):
+                raise ApiError(
+                    400, f"'prompt' token IDs must be integers in [0, {n_vocab})", param="prompt"
+                )
             tokens = list(prompt)
         else:
             raise ApiError(
                 400, "'prompt' must be a non-empty string or a list of token IDs", param="prompt"
             )
-        max_tokens, stops, sampling = sampling_fields(body, 16, self.lead.main.n_ctx)
-        job = self._job(tokens, max_tokens, stops, sampling)
+        job = self._job(tokens, max_tokens, stops, sampling, "prompt")
         meta = {
             "id": f"cmpl-{uuid.uuid4().hex[:24]}",
             "object": "text_completion",
@@ -160,13 +229,22 @@ class Api:
 
     async def chat(self, request: Request) -> Response:
         self._authorize(request)
-        body = await read_body(request)
+        body = await read_body(request, self.max_body)
         messages = chat_messages(body)
-        tokens = self.lead.tokenize_chat(messages)
         max_tokens, stops, sampling = sampling_fields(
             body, self.lead.main.n_ctx, self.lead.main.n_ctx
         )
-        job = self._job(tokens, max_tokens, stops, sampling)
+        try:  # Jinja, pure Python: off the event loop too (it yields the GIL as it goes)
+            text = await asyncio.to_thread(self.lead.main.render_chat, messages)
+        except Exception as e:  # templates raise on what they refuse (roles out of order, ...)
+            raise ApiError(
+                400,
+                f"the model's chat template refused the messages: {str(e)[:300]}",
+                param="messages",
+            ) from None
+        # As Lead.tokenize_chat, in two steps so the size check comes between them.
+        tokens = await self._tokenize(text, add_special=False, param="messages")
+        job = self._job(tokens, max_tokens, stops, sampling, "messages")
         meta = {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
             "created": int(time.time()),
@@ -209,15 +287,47 @@ class Api:
 
     # -- helpers ------------------------------------------------------------------------
 
-    def _job(
-        self, tokens: list[int], max_tokens: int, stops: list[str], sampling: SamplingParams
-    ) -> Job:
+    async def _tokenize(self, text: str, *, add_special: bool, param: str) -> list[int]:
+        """Tokenize on a worker thread, after a size check that needs no tokens.
+
+        Off the event loop, a long prompt does not hold up /health, the streams and the
+        drafter channel; ctypes lets go of the GIL inside llama_tokenize. That may run
+        while the engine thread decodes on the same model: llama_tokenize only reads the
+        vocabulary (llama_vocab::impl::tokenize is const, its working state lives in a
+        per-call session), which llama.cpp never changes after loading, and the context it
+        decodes in is not touched.
+        """
+        data = text.encode("utf-8", "surrogatepass")
+        if self.max_prompt_bytes is not None and len(data) > self.max_prompt_bytes:
+            raise ApiError(
+                400,
+                f"the prompt is {len(data)} bytes, more than any {self.lead.main.n_ctx}-token "
+                f"context can hold ({self.max_prompt_bytes} bytes)",
+                param=param,
+                code="context_length_exceeded",
+            )
+        try:
+            return await asyncio.to_thread(self.lead.main.tokenize, text, add_special=add_special)
+        except UnicodeEncodeError:  # a lone surrogate the checks did not see
+            raise ApiError(400, "the prompt is not valid text", param=param) from None
+
+    def _check_fits(self, tokens: list[int], param: str) -> None:
         try:
             self.lead.check_fits(tokens)
         except PromptTooLong as e:
-            raise ApiError(400, str(e), param="messages", code="context_length_exceeded") from None
+            raise ApiError(400, str(e), param=param, code="context_length_exceeded") from None
         except DuoError as e:
-            raise ApiError(400, str(e)) from None
+            raise ApiError(400, str(e), param=param) from None
+
+    def _job(
+        self,
+        tokens: list[int],
+        max_tokens: int,
+        stops: list[str],
+        sampling: SamplingParams,
+        param: str,
+    ) -> Job:
+        self._check_fits(tokens, param)
         return Job(tokens, max_tokens, stops, sampling)
 
     async def _collect(self, job: Job) -> tuple[str, Done]:

@@ -40,6 +40,7 @@ class LeadConfig:
     host: str = "127.0.0.1"  # --host: loopback unless the user says otherwise
     port: int = 5555  # --port
     api_key: str | None = None  # --api-key: Bearer token for the API and drafter channel
+    max_body: int = 8 * 1024 * 1024  # --max-body: larger request bodies are refused (413)
     console: bool = False  # show generations on stdout, accepted draft tokens in green
     color: bool = False
 
