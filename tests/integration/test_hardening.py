@@ -1,11 +1,12 @@
 """Hostile input against a real `duo lead`: no body stalls the server, costs it unbounded
-memory or ends in a 500; every refusal is a 4xx OpenAI-style JSON error on a connection
-that stays open."""
+memory or ends in a 500; abandoned requests stop using the engine; every refusal is a 4xx
+OpenAI-style JSON error on a connection that stays open."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +25,8 @@ pytestmark = pytest.mark.integration
 MiB = 1024 * 1024
 MAX_BODY = 8 * MiB  # the lead's default --max-body
 USER = [{"role": "user", "content": "hi"}]
+COUNTING = "10, 20, 30,"  # greedy: counts on by tens for thousands of tokens
+LONG = 4000  # tokens: a minute or so of generation on a shared 2-core machine
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +89,42 @@ def peak_rss(proc: Proc) -> int:
 def huge_text(n_bytes: int) -> str:
     line = "the quick brown fox jumps over the lazy dog\n"
     return line * (n_bytes // len(line))
+
+
+def post_and_leave(url: str, path: str, body: dict[str, Any]) -> socket.socket:
+    """POST on a raw socket and return it unread: closing it is the client going away."""
+    host, port = url.removeprefix("http://").split(":")
+    data = json.dumps(body).encode()
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n"
+    )
+    sock.sendall(head.encode() + data)
+    return sock
+
+
+def time_to_first_token(url: str, prompt: str, n: int, timeout: float) -> tuple[float, int]:
+    """Stream a completion: (seconds until its first text arrived, tokens generated)."""
+    body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "stream": True}
+    started = time.monotonic()
+    first: float | None = None
+    generated = None
+    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=timeout) as r:
+        assert r.status_code == 200, r.read()
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                chunk = json.loads(line[6:])
+                if chunk["choices"][0]["text"] and first is None:
+                    first = time.monotonic() - started
+                if "usage" in chunk:
+                    generated = chunk["usage"]["completion_tokens"]
+    assert first is not None, "no text streamed"
+    assert generated is not None, "no usage in the last chunk"
+    return first, generated
+
+
+# -- 1. size limits and a server that keeps answering --------------------------------------
 
 
 def test_over_limit_bodies_get_413_without_the_memory(served: tuple[Proc, str], lead: str) -> None:
@@ -219,6 +258,49 @@ def test_prompts_are_rendered_and_tokenized_off_the_event_loop(pair: tuple[Path,
         assert loop_thread not in threads["render_chat"] | threads["tokenize"]
     finally:
         lead.close()
+
+
+# -- 2. abandoned requests -----------------------------------------------------------------
+
+
+def test_an_abandoned_running_request_stops(lead: str) -> None:
+    requests = metric(lead, "duo_requests_total")
+    tokens = metric(lead, "duo_tokens_generated_total")
+    decode = metric(lead, "duo_decode_seconds_total")
+    sock = post_and_leave(
+        lead, "/v1/completions", {"prompt": COUNTING, "max_tokens": LONG, "temperature": 0}
+    )
+    try:
+        wait_until(lambda: health(lead)["busy"], 30, "the long request running")
+    finally:
+        sock.close()
+    ttft, generated = time_to_first_token(lead, "a, b, c,", 4, timeout=300)
+    first_tokens = metric(lead, "duo_tokens_generated_total") - tokens - generated
+    assert metric(lead, "duo_requests_total") - requests == 2
+    assert 0 < first_tokens < LONG / 2, f"the abandoned request generated {first_tokens} tokens"
+    # It was cut short: the next client waited far less than the abandoned request needed.
+    rate = (first_tokens + generated) / (metric(lead, "duo_decode_seconds_total") - decode)
+    full = LONG / rate
+    assert ttft < full / 4, f"first token after {ttft:.1f} s; the whole request is {full:.0f} s"
+
+
+def test_an_abandoned_queued_request_leaves_the_queue(lead: str) -> None:
+    requests = metric(lead, "duo_requests_total")
+    body = {"prompt": COUNTING, "max_tokens": LONG, "temperature": 0}
+    running = post_and_leave(lead, "/v1/completions", body)
+    try:
+        wait_until(lambda: health(lead)["busy"], 30, "the first request running")
+        queued = post_and_leave(lead, "/v1/chat/completions", {"messages": USER, **body})
+        wait_until(lambda: health(lead)["queued"] == 1, 30, "the second request queued")
+        queued.close()
+        wait_until(lambda: health(lead)["queued"] == 0, 10, "the abandoned request dequeued")
+        assert health(lead)["busy"], "the first request ended: the check proves nothing"
+    finally:
+        running.close()
+    ttft, _ = time_to_first_token(lead, "a, b, c,", 4, timeout=300)
+    assert ttft < 30
+    # The running one and the last one: the queued one never ran.
+    assert metric(lead, "duo_requests_total") - requests == 2
 
 
 # -- 3-5. every field and body: 4xx, never 500, on a connection that stays open ------------

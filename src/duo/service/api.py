@@ -102,6 +102,12 @@ def _guarded(endpoint: Endpoint) -> Endpoint:
     return guarded
 
 
+async def _disconnected(request: Request) -> None:
+    """Returns when the client goes away (call only once the body has been read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 class Api:
     def __init__(self, lead: Lead) -> None:
         self.lead = lead
@@ -217,7 +223,10 @@ class Api:
             return self._stream(
                 job, lambda text, finish: {**meta, "choices": [choice(text, finish)]}
             )
-        text, done = await self._collect(job)
+        result = await self._collect(job, request)
+        if result is None:
+            return Response(status_code=499)  # nobody is there to read it
+        text, done = result
         return JSONResponse(
             {
                 **meta,
@@ -266,7 +275,10 @@ class Api:
                 }
 
             return self._stream(job, chunk, first=chunk(None, None))
-        text, done = await self._collect(job)
+        result = await self._collect(job, request)
+        if result is None:
+            return Response(status_code=499)  # nobody is there to read it
+        text, done = result
         message = {"role": "assistant", "content": text}
         return JSONResponse(
             {
@@ -330,7 +342,26 @@ class Api:
         self._check_fits(tokens, param)
         return Job(tokens, max_tokens, stops, sampling)
 
-    async def _collect(self, job: Job) -> tuple[str, Done]:
+    async def _collect(self, job: Job, request: Request) -> tuple[str, Done] | None:
+        """The whole text and the Done event; None if the client went away first.
+
+        A client that goes away cancels its job, queued or running, as a stream's does:
+        cancelling the task that reads Lead.events leaves the queue, or sets job.cancelled
+        and waits for the engine to stop at the end of its round.
+        """
+        collecting = asyncio.ensure_future(self._events(job))
+        watching = asyncio.ensure_future(_disconnected(request))
+        try:
+            await asyncio.wait((collecting, watching), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (collecting, watching):
+                task.cancel()
+            await asyncio.gather(collecting, watching, return_exceptions=True)
+        if collecting.cancelled():
+            return None
+        return collecting.result()
+
+    async def _events(self, job: Job) -> tuple[str, Done]:
         parts: list[str] = []
         async for event in self.lead.events(job):
             if isinstance(event, Delta):
