@@ -42,6 +42,14 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         g, "require this Bearer key on the API (and the drafter channel)", drafter=True
     )
     auth.add_server_tls_args(g)
+    g.add_argument(
+        "--max-body",
+        type=positive,
+        default=8 * 1024 * 1024,
+        metavar="BYTES",
+        help="refuse request bodies larger than this with 413 (default %(default)s = 8 MiB: "
+        "a 128K-token context of text, escaped as JSON, with room to spare)",
+    )
     g.add_argument("--quiet", action="store_true", help="do not print generations")
     lead.set_defaults(func=cmd_lead)
 
@@ -91,6 +99,7 @@ def cmd_lead(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         api_key=keys,
+        max_body=args.max_body,
         console=not args.quiet,
         color=sys.stdout.isatty(),
     )

@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 
 
 _GGUF_MAGIC = b"GGUF"
+# llama.cpp's vocabulary types, and the token attributes that let a special token swallow
+# the whitespace next to it (llama.h: enum llama_vocab_type, enum llama_token_attr).
+_VOCAB_SPM, _VOCAB_BPE = 1, 2
+_ATTR_STRIP = (1 << 7) | (1 << 8)  # LLAMA_TOKEN_ATTR_LSTRIP | LLAMA_TOKEN_ATTR_RSTRIP
 _init_lock = threading.Lock()
 _initialised = False
 _log_callback: Any = None  # kept alive for as long as llama.cpp may call it
@@ -214,6 +218,33 @@ class Model:
     def token_text(self, token: int) -> str:
         raw: bytes = self._lib.llama_vocab_get_text(self._vocab, token)
         return raw.decode("utf-8", "replace")
+
+    def longest_token_bytes(self) -> int | None:
+        """The most bytes of prompt text one token can stand for, or None if no such bound holds.
+
+        A prompt of L UTF-8 bytes then has at least ceil(L / longest) tokens: it cannot fit the
+        context when L > (n_ctx - 1) * longest, which the lead can tell without tokenizing.
+
+        Why that is safe: llama.cpp's SPM and byte-level BPE tokenizers give every byte of the
+        text to exactly one token; none is dropped or normalised away (SPM's leading space and
+        its 3-byte "▁" for a space only lengthen the text). An ordinary token stands for its
+        piece, a byte token for one byte, and a special token matched in the text
+        (parse_special) for its vocabulary text: the longest piece or text over the whole
+        vocabulary bounds them all (a byte-level BPE token's text is longer than its bytes,
+        which only loosens the bound). The bound fails where a tokenizer drops text: WordPiece
+        and Unigram normalise whitespace away, and a special token with the LSTRIP or RSTRIP
+        attribute swallows the whitespace beside it (Phi-3's, for one). There: None.
+        """
+        lib, vocab = self._lib, self._vocab
+        if lib.llama_vocab_type(vocab) not in (_VOCAB_SPM, _VOCAB_BPE):
+            return None
+        longest = 1
+        for token in range(self.n_vocab):
+            if lib.llama_vocab_get_attr(vocab, token) & _ATTR_STRIP:
+                return None
+            text = lib.llama_vocab_get_text(vocab, token) or b""
+            longest = max(longest, len(text), len(self.piece(token)))
+        return int(longest)
 
     @property
     def fingerprint(self) -> str:

@@ -12,14 +12,17 @@ Request parsing and response shapes live in duo.openai_format.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
@@ -33,6 +36,7 @@ from duo.service.metrics import Metrics
 from duo.service.openai_format import (
     ApiError,
     chat_messages,
+    checked_text,
     error_response,
     field,
     read_body,
@@ -42,6 +46,35 @@ from duo.service.openai_format import (
     usage,
 )
 
+log = logging.getLogger(__name__)
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _guarded(endpoint: Endpoint) -> Endpoint:
+    """An unexpected exception becomes a 500 JSON answer here, on a connection that stays
+    open: past Starlette's ServerErrorMiddleware, uvicorn would drop the connection."""
+
+    @functools.wraps(endpoint)
+    async def guarded(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except (ApiError, HTTPException):
+            raise
+        except ClientDisconnect:  # gone while sending the body
+            return Response(status_code=499)  # nobody is there to read it
+        except Exception:
+            log.exception("%s %s failed", request.method, request.url.path)
+            return error_response(500, "internal server error", kind="server_error")
+
+    return guarded
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client goes away (call only once the body has been read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
 
 class Api:
     def __init__(
@@ -50,20 +83,26 @@ class Api:
         metrics: Metrics,
         drafters: DrafterEndpoint,
         authorize: Callable[[str | None], bool],
+        max_body: int,
     ) -> None:
         self.lead = lead
         self.info = lead.info
         self._metrics = metrics
         self.drafters = drafters
         self.authorize = authorize
+        self.max_body = max_body
+        n_ctx = lead.info.n_ctx
+        longest = lead.longest_token_bytes()
+        # A prompt of more bytes than this cannot fit, whatever its tokens (see above).
+        self.max_prompt_bytes = None if longest is None else (n_ctx - 1) * longest
 
     def app(self) -> Starlette:
         routes = [
             Route("/health", self.health),
-            Route("/metrics", self.metrics),
-            Route("/v1/models", self.models),
-            Route("/v1/completions", self.completions, methods=["POST"]),
-            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/metrics", _guarded(self.metrics)),
+            Route("/v1/models", _guarded(self.models)),
+            Route("/v1/completions", _guarded(self.completions), methods=["POST"]),
+            Route("/v1/chat/completions", _guarded(self.chat), methods=["POST"]),
             WebSocketRoute(protocol.PATH, self.drafter),
         ]
         handlers = {
@@ -121,27 +160,30 @@ class Api:
 
     async def completions(self, request: Request) -> Response:
         self._authorize(request)
-        body = await read_body(request)
+        body = await read_body(request, self.max_body)
+        max_tokens, stops, sampling = sampling_fields(body, 16, self.info.n_ctx)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
             prompt = prompt[0]
         if isinstance(prompt, str):
-            tokens = self.lead.tokenize(prompt)
-        elif (
-            isinstance(prompt, list)
-            and prompt
-            and all(
-                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < self.info.n_vocab
-                for t in prompt
-            )
-        ):
+            text = checked_text(prompt, "prompt")
+            tokens = await self._tokenize(text, add_special=True, param="prompt")
+        elif isinstance(prompt, list) and prompt:
+            if len(prompt) >= self.info.n_ctx:  # before looking at every element
+                self._check_fits(prompt, "prompt")
+            n_vocab = self.info.n_vocab
+            if not all(
+                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in prompt
+            ):
+                raise ApiError(
+                    400, f"'prompt' token IDs must be integers in [0, {n_vocab})", param="prompt"
+                )
             tokens = list(prompt)
         else:
             raise ApiError(
                 400, "'prompt' must be a non-empty string or a list of token IDs", param="prompt"
             )
-        max_tokens, stops, sampling = sampling_fields(body, 16, self.info.n_ctx)
-        job = self._job(tokens, max_tokens, stops, sampling)
+        job = self._job(tokens, max_tokens, stops, sampling, "prompt")
         meta = {
             "id": f"cmpl-{uuid.uuid4().hex[:24]}",
             "object": "text_completion",
@@ -156,7 +198,10 @@ class Api:
             return self._stream(
                 job, lambda text, finish: {**meta, "choices": [choice(text, finish)]}
             )
-        text, done = await self._collect(job)
+        result = await self._collect(job, request)
+        if result is None:
+            return Response(status_code=499)  # nobody is there to read it
+        text, done = result
         return JSONResponse(
             {
                 **meta,
@@ -168,11 +213,20 @@ class Api:
 
     async def chat(self, request: Request) -> Response:
         self._authorize(request)
-        body = await read_body(request)
+        body = await read_body(request, self.max_body)
         messages = chat_messages(body)
-        tokens = self.lead.tokenize_chat(messages)
         max_tokens, stops, sampling = sampling_fields(body, self.info.n_ctx, self.info.n_ctx)
-        job = self._job(tokens, max_tokens, stops, sampling)
+        try:  # Jinja, pure Python: off the event loop too (it yields the GIL as it goes)
+            text = await asyncio.to_thread(self.lead.render_chat, messages)
+        except Exception as e:  # templates raise on what they refuse (roles out of order, ...)
+            raise ApiError(
+                400,
+                f"the model's chat template refused the messages: {str(e)[:300]}",
+                param="messages",
+            ) from None
+        # Rendered, then tokenized: the size check comes between them.
+        tokens = await self._tokenize(text, add_special=False, param="messages")
+        job = self._job(tokens, max_tokens, stops, sampling, "messages")
         meta = {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
             "created": int(time.time()),
@@ -194,7 +248,10 @@ class Api:
                 }
 
             return self._stream(job, chunk, first=chunk(None, None))
-        text, done = await self._collect(job)
+        result = await self._collect(job, request)
+        if result is None:
+            return Response(status_code=499)  # nobody is there to read it
+        text, done = result
         message = {"role": "assistant", "content": text}
         return JSONResponse(
             {
@@ -215,18 +272,69 @@ class Api:
 
     # -- helpers ------------------------------------------------------------------------
 
-    def _job(
-        self, tokens: list[int], max_tokens: int, stops: list[str], sampling: SamplingParams
-    ) -> Job:
+    async def _tokenize(self, text: str, *, add_special: bool, param: str) -> list[int]:
+        """Tokenize on a worker thread, after a size check that needs no tokens.
+
+        Off the event loop, a long prompt does not hold up /health, the streams and the
+        drafter channel; ctypes lets go of the GIL inside llama_tokenize. That may run
+        while the engine thread decodes on the same model: llama_tokenize only reads the
+        vocabulary (llama_vocab::impl::tokenize is const, its working state lives in a
+        per-call session), which llama.cpp never changes after loading, and the context it
+        decodes in is not touched.
+        """
+        data = text.encode("utf-8", "surrogatepass")
+        if self.max_prompt_bytes is not None and len(data) > self.max_prompt_bytes:
+            raise ApiError(
+                400,
+                f"the prompt is {len(data)} bytes, more than any {self.info.n_ctx}-token "
+                f"context can hold ({self.max_prompt_bytes} bytes)",
+                param=param,
+                code="context_length_exceeded",
+            )
+        try:
+            return await asyncio.to_thread(self.lead.tokenize, text, add_special=add_special)
+        except UnicodeEncodeError:  # a lone surrogate the checks did not see
+            raise ApiError(400, "the prompt is not valid text", param=param) from None
+
+    def _check_fits(self, tokens: list[int], param: str) -> None:
         try:
             self.lead.check_fits(tokens)
         except PromptTooLong as e:
-            raise ApiError(400, str(e), param="messages", code="context_length_exceeded") from None
+            raise ApiError(400, str(e), param=param, code="context_length_exceeded") from None
         except DuoError as e:
-            raise ApiError(400, str(e)) from None
+            raise ApiError(400, str(e), param=param) from None
+
+    def _job(
+        self,
+        tokens: list[int],
+        max_tokens: int,
+        stops: list[str],
+        sampling: SamplingParams,
+        param: str,
+    ) -> Job:
+        self._check_fits(tokens, param)
         return Job(tokens, max_tokens, stops, sampling)
 
-    async def _collect(self, job: Job) -> tuple[str, Done]:
+    async def _collect(self, job: Job, request: Request) -> tuple[str, Done] | None:
+        """The whole text and the Done event; None if the client went away first.
+
+        A client that goes away cancels its job, queued or running, as a stream's does:
+        cancelling the task that reads Lead.events leaves the queue, or sets job.cancelled
+        and waits for the engine to stop at the end of its round.
+        """
+        collecting = asyncio.ensure_future(self._events(job))
+        watching = asyncio.ensure_future(_disconnected(request))
+        try:
+            await asyncio.wait((collecting, watching), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (collecting, watching):
+                task.cancel()
+            await asyncio.gather(collecting, watching, return_exceptions=True)
+        if collecting.cancelled():
+            return None
+        return collecting.result()
+
+    async def _events(self, job: Job) -> tuple[str, Done]:
         parts: list[str] = []
         async for event in self.lead.events(job):
             if isinstance(event, Delta):

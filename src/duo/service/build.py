@@ -40,5 +40,5 @@ def build_lead(config: LeadConfig) -> LeadService:
     except BaseException:
         session.close()
         raise
-    app = Api(lead, metrics, drafters, keys.allows_api).app()
+    app = Api(lead, metrics, drafters, keys.allows_api, config.max_body).app()
     return LeadService(lead, app)

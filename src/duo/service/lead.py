@@ -38,6 +38,7 @@ class LeadConfig:
     host: str = "127.0.0.1"  # --host: loopback unless the user says otherwise
     port: int = 5555  # --port
     api_key: KeySpec = None  # one Bearer key for the API and drafters, or duo.auth.Keys
+    max_body: int = 8 * 1024 * 1024  # --max-body: larger request bodies are refused (413)
     console: bool = False  # show generations on stdout, accepted draft tokens in green
     color: bool = False
 
@@ -111,11 +112,16 @@ class Lead:
 
     # -- prompts --------------------------------------------------------------------------
 
-    def tokenize_chat(self, messages: list[dict[str, str]]) -> list[int]:
-        return self.session.chat_tokens(messages)
+    def render_chat(self, messages: list[dict[str, str]]) -> str:
+        """The prompt text of a chat, through the main model's own chat template."""
+        return self.session.main.render_chat(messages)
 
-    def tokenize(self, text: str) -> list[int]:
-        return self.session.main.tokenize(text)
+    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
+        """Safe on any thread: llama_tokenize only reads the vocabulary."""
+        return self.session.main.tokenize(text, add_special=add_special)
+
+    def longest_token_bytes(self) -> int | None:
+        return self.session.main.longest_token_bytes()
 
     def check_fits(self, prompt: list[int]) -> None:
         if not prompt:

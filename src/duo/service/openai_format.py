@@ -8,6 +8,9 @@ llama.cpp-style `timings` with the speculation figures.
 from __future__ import annotations
 
 import json
+import math
+import re
+from contextlib import aclosing
 from typing import Any
 
 from starlette.requests import Request
@@ -52,15 +55,74 @@ def error_response(
 
 # -- request parsing ----------------------------------------------------------------------
 
+# The largest request body `duo lead` accepts by default (--max-body): a full 128K-token
+# context of JSON-escaped text, with room to spare, and little enough that a hostile body
+# costs the lead only a few tens of megabytes while it is parsed.
+DEFAULT_MAX_BODY = 8 * 1024 * 1024
 
-async def read_body(request: Request) -> dict[str, Any]:
+MAX_STOP_CHARS = 1024  # the longest stop string (holding text back costs its length squared)
+MAX_SEED = 2**64 - 1
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def too_large(limit: int) -> ApiError:
+    return ApiError(
+        413,
+        f"the request body is larger than the lead accepts ({limit} bytes, see --max-body)",
+        code="request_too_large",
+    )
+
+
+async def read_body(request: Request, limit: int = DEFAULT_MAX_BODY) -> dict[str, Any]:
+    """The JSON object in the body, read without ever holding more than `limit` bytes.
+
+    A declared Content-Length over the limit is refused before a byte is read; a chunked
+    body (or one longer than declared) is counted as it arrives. uvicorn discards what the
+    client still sends after the answer, so the connection stays usable.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async with aclosing(request.stream()) as stream:
+        async for chunk in stream:
+            size += len(chunk)
+            if size > limit:
+                raise too_large(limit)
+            chunks.append(chunk)
+    return parse_json(b"".join(chunks))
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ApiError(400, f"the request body holds {name}, which is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 parses to inf
+        raise ApiError(400, f"the number {text[:40]} is out of range")
+    return value
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
     try:
-        body = json.loads(await request.body())
+        body = json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ApiError(400, "the request body is nested too deeply") from None
     except (ValueError, UnicodeDecodeError):
         raise ApiError(400, "the request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     return body
+
+
+def checked_text(value: str, param: str) -> str:
+    """A string the model can take: JSON may carry lone UTF-16 surrogates ("\\ud800"),
+    which have no UTF-8 encoding."""
+    if _SURROGATE.search(value):
+        raise ApiError(400, f"'{param}' holds a lone UTF-16 surrogate (invalid text)", param=param)
+    return value
 
 
 def field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any) -> Any:
@@ -74,37 +136,85 @@ def field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], defaul
     return value
 
 
+def integer(body: dict[str, Any], name: str, default: int, lo: int, hi: int | None = None) -> int:
+    """An integer field in [lo, hi]: a JSON integer (2.0 and true are refused)."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, f"'{name}' must be an integer", param=name)
+    if value < lo or (hi is not None and value > hi):
+        bounds = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ApiError(400, f"'{name}' must be {bounds}", param=name)
+    return value
+
+
+def number(
+    body: dict[str, Any],
+    name: str,
+    default: float,
+    lo: float,
+    hi: float | None = None,
+    *,
+    lo_open: bool = False,
+) -> float:
+    """A number field in [lo, hi], or (lo, hi] with lo_open (finite: the parser saw to it)."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ApiError(400, f"'{name}' must be a number", param=name)
+    try:
+        x = float(value)  # a JSON integer of 400 digits does not fit a float
+    except OverflowError:
+        raise ApiError(400, f"'{name}' is out of range", param=name) from None
+    if x < lo or (lo_open and x == lo) or (hi is not None and x > hi):
+        left = "(" if lo_open else "["
+        bounds = f"{'>' if lo_open else '>='} {lo:g}" if hi is None else f"in {left}{lo:g}, {hi:g}]"
+        raise ApiError(400, f"'{name}' must be {bounds}", param=name)
+    return x
+
+
 def sampling_fields(
     body: dict[str, Any], default_max: int, n_ctx: int
 ) -> tuple[int, list[str], SamplingParams]:
     """max_tokens, stop strings and sampler settings (llama.cpp server names and defaults)."""
-    max_tokens = field(body, "max_completion_tokens", int, None)
-    if max_tokens is None:
-        max_tokens = field(body, "max_tokens", int, default_max)
-    if max_tokens <= 0:
-        raise ApiError(400, "'max_tokens' must be at least 1", param="max_tokens")
+    name = (
+        "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    )
+    max_tokens = integer(body, name, default_max, 1)
     stop = body.get("stop")
-    stops = [stop] if isinstance(stop, str) else stop or []
+    stops = [stop] if isinstance(stop, str) else [] if stop is None else stop
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
         raise ApiError(400, "'stop' must be a string or a list of strings", param="stop")
     if len(stops) > 4:
         raise ApiError(400, "'stop' may hold at most 4 sequences", param="stop")
-    if field(body, "n", int, 1) != 1:
+    for s in stops:
+        if len(s) > MAX_STOP_CHARS:
+            raise ApiError(
+                400, f"a stop string may be at most {MAX_STOP_CHARS} characters", param="stop"
+            )
+        checked_text(s, "stop")
+    if integer(body, "n", 1, 1) != 1:
         raise ApiError(400, "only n=1 is supported", param="n")
+    field(body, "stream", bool, False)
     d = SamplingParams()
-    number = (int, float)
+    # llama.cpp's conventions: repeat_last_n -1 = the whole context, seed -1 = random.
+    repeat_last_n = integer(body, "repeat_last_n", d.repeat_last_n, -1)
+    seed = integer(body, "seed", -1, -1, MAX_SEED)
     params = SamplingParams(
-        temperature=float(field(body, "temperature", number, d.temperature)),
-        top_k=field(body, "top_k", int, d.top_k),
-        top_p=float(field(body, "top_p", number, d.top_p)),
-        min_p=float(field(body, "min_p", number, d.min_p)),
-        repeat_penalty=float(field(body, "repeat_penalty", number, d.repeat_penalty)),
-        repeat_last_n=field(body, "repeat_last_n", int, d.repeat_last_n),
-        seed=field(body, "seed", int, None),
+        temperature=number(body, "temperature", d.temperature, 0),
+        top_k=integer(body, "top_k", d.top_k, 0),
+        top_p=number(body, "top_p", d.top_p, 0, 1, lo_open=True),
+        min_p=number(body, "min_p", d.min_p, 0, 1),
+        # Past these the penalised float32 logits overflow to inf: NaN probabilities.
+        repeat_penalty=number(body, "repeat_penalty", d.repeat_penalty, 1e-6, 1e6),
+        repeat_last_n=n_ctx if repeat_last_n == -1 else repeat_last_n,
+        seed=None if seed == -1 else seed,
     )
     try:
         params.check()
-    except DuoError as e:
+    except DuoError as e:  # the checks above should have said it first
         raise ApiError(400, str(e)) from None
     return min(max_tokens, n_ctx), stops, params
 
@@ -129,7 +239,12 @@ def chat_messages(body: dict[str, Any]) -> list[dict[str, str]]:
             content = "".join(parts)  # type: ignore[arg-type]
         if not isinstance(content, str):
             raise ApiError(400, f"messages[{i}] needs a string 'content'", param="messages")
-        out.append({"role": m["role"], "content": content})
+        out.append(
+            {
+                "role": checked_text(m["role"], "messages"),
+                "content": checked_text(content, "messages"),
+            }
+        )
     return out
 
 

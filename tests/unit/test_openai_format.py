@@ -1,0 +1,240 @@
+"""Request parsing of the lead's API: hostile bodies are 4xx ApiErrors, never exceptions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from starlette.requests import Request
+
+from duo.service.openai_format import (
+    MAX_SEED,
+    ApiError,
+    chat_messages,
+    parse_json,
+    read_body,
+    sampling_fields,
+)
+
+N_CTX = 4096
+
+
+@contextmanager
+def refused(status: int = 400, param: str | None = None) -> Iterator[None]:
+    """The block raises an ApiError with this status, naming this field."""
+    with pytest.raises(ApiError) as info:
+        yield
+    e = info.value
+    assert e.status == status, (e.status, e.message)
+    assert e.message
+    if param is not None:
+        assert e.param == param, (e.param, e.message)
+
+
+# -- the JSON itself -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"prompt": "hi", "temperature": NaN}',
+        b'{"prompt": "hi", "repeat_penalty": Infinity}',
+        b'{"prompt": "hi", "top_p": -Infinity}',
+        b'{"prompt": "hi", "temperature": 1e999}',  # parses to inf
+        b'{"prompt": "hi", "extra": [1, NaN]}',  # anywhere in the body
+    ],
+)
+def test_nan_and_infinity_are_refused(raw: bytes) -> None:
+    assert json.loads(raw)  # Python's json takes them: the lead must not
+    with refused():
+        parse_json(raw)
+
+
+def test_deep_nesting_is_a_400_not_a_recursion_error() -> None:
+    for raw in (b'{"a": ' * 100_000 + b"1" + b"}" * 100_000, b"[" * 100_000 + b"]" * 100_000):
+        with refused():
+            parse_json(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"", b"{not json", b"[1, 2]", b'"text"', b'{"prompt": "\xff"}', b"1" * 5000],
+)
+def test_not_a_json_object(raw: bytes) -> None:
+    with refused():
+        parse_json(raw)
+
+
+# -- reading the body under a limit --------------------------------------------------------
+
+
+def request(
+    chunks: list[bytes], headers: dict[str, str] | None = None
+) -> tuple[Request, list[int]]:
+    """A Starlette request whose body arrives in `chunks`; the list counts the chunks read."""
+    read = [0]
+    pending: Iterator[bytes] = iter(chunks)
+
+    async def receive() -> dict[str, Any]:
+        chunk = next(pending, None)
+        if chunk is None:
+            return {"type": "http.request", "body": b"", "more_body": False}
+        read[0] += 1
+        return {"type": "http.request", "body": chunk, "more_body": True}
+
+    raw_headers = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": raw_headers}
+    return Request(scope, receive), read
+
+
+def test_a_declared_length_over_the_limit_is_refused_before_reading() -> None:
+    req, read = request([b"x" * 100], {"content-length": "1001"})
+    with refused(413):
+        asyncio.run(read_body(req, 1000))
+    assert read[0] == 0
+
+
+def test_a_streamed_body_is_cut_off_as_soon_as_it_passes_the_limit() -> None:
+    req, read = request([b" " * 400] * 1000)  # chunked: no Content-Length
+    with refused(413):
+        asyncio.run(read_body(req, 1000))
+    assert read[0] == 3  # 1200 bytes > 1000: nothing past the chunk that crossed the limit
+    with pytest.raises(ApiError) as info:
+        asyncio.run(read_body(request([b" " * 400] * 3, {"content-length": "10"})[0], 1000))
+    assert info.value.code == "request_too_large"  # a Content-Length that lies
+
+
+def test_a_body_at_the_limit_is_read() -> None:
+    body = json.dumps({"prompt": "x" * 980}).encode()
+    req, _ = request([body[:500], body[500:]], {"content-length": str(len(body))})
+    assert asyncio.run(read_body(req, len(body))) == {"prompt": "x" * 980}
+
+
+# -- sampling fields -----------------------------------------------------------------------
+
+
+def sampling(**body: Any) -> tuple[int, list[str], Any]:
+    return sampling_fields(body, 16, N_CTX)
+
+
+def test_seed_minus_one_means_random_as_in_llama_cpp() -> None:
+    assert sampling(seed=-1)[2].seed is None
+    assert sampling(seed=0)[2].seed == 0
+    assert sampling(seed=MAX_SEED)[2].seed == MAX_SEED
+    assert sampling()[2].seed is None
+
+
+def test_repeat_last_n_minus_one_is_the_whole_context() -> None:
+    assert sampling(repeat_last_n=-1)[2].repeat_last_n == N_CTX
+    assert sampling(repeat_last_n=0)[2].repeat_last_n == 0
+
+
+def test_good_values_pass_through() -> None:
+    max_tokens, stops, p = sampling(
+        max_tokens=10**30,  # more than the context: cut to it
+        temperature=0,
+        top_k=0,
+        top_p=1,
+        min_p=0,
+        repeat_penalty=1.1,
+        stop=["", "\n"],
+        n=1,
+        stream=False,
+    )
+    assert max_tokens == N_CTX
+    assert stops == ["", "\n"]  # empty stop strings are harmless: the matcher skips them
+    assert (p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty) == (0, 0, 1, 0, 1.1)
+    assert sampling(max_completion_tokens=5, max_tokens=9)[0] == 5
+
+
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [
+        ("seed", -2),
+        ("seed", MAX_SEED + 1),
+        ("seed", 1.5),
+        ("seed", 7.0),  # integers are JSON integers
+        ("seed", "42"),
+        ("seed", True),
+        ("top_k", -1),
+        ("top_k", 40.0),
+        ("top_k", False),
+        ("top_p", 0),  # SamplingParams takes (0, 1]
+        ("top_p", 1.01),
+        ("top_p", -0.5),
+        ("min_p", 1.5),
+        ("min_p", -0.1),
+        ("temperature", -0.01),
+        ("temperature", "hot"),
+        ("temperature", 10**400),  # an integer no float holds
+        ("repeat_penalty", 0),
+        ("repeat_penalty", -1.0),
+        ("repeat_penalty", 1e-45),  # logits / 1e-45 overflow float32: NaN probabilities
+        ("repeat_penalty", 1e300),
+        ("repeat_last_n", -2),
+        ("repeat_last_n", 64.5),
+        ("max_tokens", 0),
+        ("max_tokens", -5),
+        ("max_tokens", 1e300),
+        ("max_tokens", 16.0),
+        ("max_tokens", "ten"),
+        ("max_completion_tokens", 0),
+        ("n", 2),
+        ("n", 1.0),
+        ("stream", "yes"),
+        ("stop", 5),
+        ("stop", ["a", 5]),
+        ("stop", ["a", "b", "c", "d", "e"]),
+        ("stop", "x" * 1025),
+        ("stop", "\ud800"),
+    ],
+)
+def test_bad_values_are_400_naming_the_field(param: str, value: Any) -> None:
+    with refused(400, param):
+        sampling(**{param: value})
+
+
+# -- chat messages -------------------------------------------------------------------------
+
+
+def test_messages_with_lone_surrogates_are_refused() -> None:
+    body = json.loads('{"messages": [{"role": "user", "content": "a\\ud800b"}]}')
+    with refused(400, "messages"):
+        chat_messages(body)
+    body = json.loads('{"messages": [{"role": "\\udfff", "content": "hi"}]}')
+    with refused(400, "messages"):
+        chat_messages(body)
+    # A surrogate pair is a real character.
+    body = json.loads('{"messages": [{"role": "user", "content": "\\ud83d\\ude00"}]}')
+    assert chat_messages(body) == [{"role": "user", "content": "\U0001f600"}]
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        None,
+        [],
+        {"role": "user"},
+        [{"content": "hi"}],
+        [{"role": 1, "content": "hi"}],
+        [{"role": "user", "content": None}],
+        [{"role": "user", "content": 5}],
+        [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+        [{"role": "user", "content": [{"type": "text", "text": 5}]}],
+        [{"role": "user", "content": ["text"]}],
+    ],
+)
+def test_malformed_messages(messages: Any) -> None:
+    with refused(400, "messages"):
+        chat_messages({"messages": messages})
+
+
+def test_text_parts_are_joined() -> None:
+    parts = [{"type": "text", "text": "ab"}] * 50_000
+    assert chat_messages({"messages": [{"role": "user", "content": parts}]}) == [
+        {"role": "user", "content": "ab" * 50_000}
+    ]
