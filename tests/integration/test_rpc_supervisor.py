@@ -36,7 +36,10 @@ def test_lead_survives_an_rpc_server_dying_mid_generation(
     cluster = Cluster(tmp_path)
     try:
         rpc = ",".join(f"127.0.0.1:{p}" for p in ports)
-        lead, url = cluster.lead("-m", str(pair[0]), "--rpc", rpc, "-ngl", "99", "--quiet")
+        # No drafting: one token per round keeps the generation long enough to be cut.
+        lead, url = cluster.lead(
+            "-m", str(pair[0]), "--rpc", rpc, "-ngl", "99", "--spec-type", "none", "--quiet"
+        )
 
         def worker_running(label: str) -> None:
             def running() -> bool:
