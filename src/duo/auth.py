@@ -27,14 +27,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from duo.errors import DuoError, UsageError
+from duo.errors import UsageError
 
 API_KEY_ENV = "DUO_API_KEY"
 DRAFTER_KEY_ENV = "DUO_DRAFTER_KEY"
-
-
-class CertificateError(DuoError):
-    """The lead's TLS certificate did not verify: retrying cannot fix that."""
 
 
 # -- checking keys -------------------------------------------------------------------------

@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from duo.cli import chat
-from duo.cli.chat import ChatError, History, error_text, format_stats, sse_events, stream_answer
+from duo.cli.chat import History, error_text, format_stats, sse_events, stream_answer
+from duo.errors import ClientError
 
 FINAL = {
     "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
@@ -49,7 +50,7 @@ def test_sse_events_skips_non_data_lines_and_stops_at_done() -> None:
 
 
 def test_sse_events_rejects_malformed_json() -> None:
-    with pytest.raises(ChatError, match="malformed"):
+    with pytest.raises(ClientError, match="malformed"):
         list(sse_events(["data: {not json"]))
 
 
@@ -64,7 +65,7 @@ def test_stream_answer_writes_deltas_and_returns_the_final_chunk() -> None:
 
 def test_stream_answer_raises_a_streamed_error() -> None:
     error = {"error": {"message": "the engine\nfailed", "type": "server_error"}}
-    with pytest.raises(ChatError, match=r"^the engine failed$"):
+    with pytest.raises(ClientError, match=r"^the engine failed$"):
         stream_answer(sse(delta("x"), error), lambda _: None)
 
 

@@ -1,4 +1,4 @@
-"""Request parsing of the lead's API: hostile bodies are 4xx ApiErrors, never exceptions."""
+"""Request parsing of the lead's API: hostile bodies are 4xx DuoErrors, never other exceptions."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from starlette.requests import Request
 
+from duo.errors import DuoError, http_status
 from duo.service.openai_format import (
     MAX_SEED,
-    ApiError,
     chat_messages,
     parse_json,
     read_body,
@@ -25,11 +25,11 @@ N_CTX = 4096
 
 @contextmanager
 def refused(status: int = 400, param: str | None = None) -> Iterator[None]:
-    """The block raises an ApiError with this status, naming this field."""
-    with pytest.raises(ApiError) as info:
+    """The block raises a DuoError with this HTTP status, naming this field."""
+    with pytest.raises(DuoError) as info:
         yield
     e = info.value
-    assert e.status == status, (e.status, e.message)
+    assert http_status(e)[0] == status, (http_status(e), e.message)
     assert e.message
     if param is not None:
         assert e.param == param, (e.param, e.message)
@@ -103,7 +103,7 @@ def test_a_streamed_body_is_cut_off_as_soon_as_it_passes_the_limit() -> None:
     with refused(413):
         asyncio.run(read_body(req, 1000))
     assert read[0] == 3  # 1200 bytes > 1000: nothing past the chunk that crossed the limit
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(DuoError) as info:
         asyncio.run(read_body(request([b" " * 400] * 3, {"content-length": "10"})[0], 1000))
     assert info.value.code == "request_too_large"  # a Content-Length that lies
 

@@ -24,14 +24,10 @@ from duo import auth
 from duo.channel import protocol as p
 from duo.core.draft import Draft, delta
 from duo.drafting.drafter import DraftWorker, Mirror
-from duo.errors import DuoError, ProtocolError, UsageError
+from duo.errors import CertificateError, ProtocolError, Refused, UsageError
 from duo.llama.backend import Model
 
 log = logging.getLogger(__name__)
-
-
-class Refused(DuoError):
-    """The lead refused this drafter at the handshake."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +86,7 @@ class Back:
                     await self._connection()
                     delay = 0.25
                 except ssl.SSLCertVerificationError as e:
-                    raise auth.CertificateError(
+                    raise CertificateError(
                         f"the certificate of {self.url} does not verify "
                         f"({auth.certificate_reason(e)}); give the CA that signed it (or the "
                         "self-signed certificate) with --ca-file; not retrying, as retrying "

@@ -18,19 +18,11 @@ import httpx
 
 from duo import auth
 from duo.cli.args import positive
-from duo.errors import DuoError
+from duo.errors import ClientError, DuoError, exit_code
 
 DIM = "\x1b[2m"
 RESET = "\x1b[0m"
 TIMEOUT = httpx.Timeout(300.0, connect=10.0)  # reads may wait out a busy lead's queue
-
-
-class ChatError(Exception):
-    """A problem to show in one line; a fatal one ends the session."""
-
-    def __init__(self, message: str, *, fatal: bool = False) -> None:
-        super().__init__(message)
-        self.fatal = fatal
 
 
 class History:
@@ -66,7 +58,7 @@ def sse_events(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
         try:
             event = json.loads(data)
         except ValueError:
-            raise ChatError("the lead sent a malformed event") from None
+            raise ClientError("the lead sent a malformed event") from None
         if isinstance(event, dict):
             yield event
 
@@ -86,7 +78,7 @@ def stream_answer(
     final: dict[str, Any] = {}
     for event in sse_events(lines):
         if "error" in event:
-            raise ChatError(error_text(event, "the lead failed to answer"))
+            raise ClientError(error_text(event, "the lead failed to answer"))
         choice = (event.get("choices") or [{}])[0]
         text = (choice.get("delta") or {}).get("content") or ""
         if text:
@@ -120,14 +112,14 @@ def reason(e: httpx.HTTPError) -> str:
     return text[:1].lower() + text[1:]
 
 
-def response_error(r: httpx.Response) -> ChatError:
+def response_error(r: httpx.Response) -> ClientError:
     if r.status_code == 401:
-        return ChatError("the lead refused the API key", fatal=True)
+        return ClientError("the lead refused the API key", fatal=True)
     try:
         body = json.loads(r.read())
     except ValueError:
         body = None
-    return ChatError(error_text(body, f"HTTP {r.status_code} {r.reason_phrase}"))
+    return ClientError(error_text(body, f"HTTP {r.status_code} {r.reason_phrase}"))
 
 
 def check(client: httpx.Client, url: str) -> str:
@@ -137,15 +129,15 @@ def check(client: httpx.Client, url: str) -> str:
         models = client.get("/v1/models")  # /health needs no key; this does
     except httpx.HTTPError as e:
         if failure := auth.certificate_failure(e):
-            raise ChatError(
+            raise ClientError(
                 f"the certificate of {url} does not verify ({auth.certificate_reason(failure)}); "
                 "give the CA that signed it (or the self-signed certificate) with --ca-file"
             ) from None
-        raise ChatError(
+        raise ClientError(
             f"cannot reach the lead at {url} ({reason(e)}); start it with `duo lead`"
         ) from None
     if health.status_code != 200:
-        raise ChatError(f"{url} answered /health with HTTP {health.status_code}; not a lead?")
+        raise ClientError(f"{url} answered /health with HTTP {health.status_code}; not a lead?")
     if models.status_code == 401:
         raise response_error(models)
     try:
@@ -171,7 +163,7 @@ def ask(client: httpx.Client, body: dict[str, Any]) -> tuple[str, dict[str, Any]
                 raise response_error(r)
             return stream_answer(r.iter_lines(), write)
     except httpx.HTTPError as e:
-        raise ChatError(f"lost the lead ({reason(e)})") from None
+        raise ClientError(f"lost the lead ({reason(e)})") from None
     finally:
         if wrote:
             print(flush=True)
@@ -192,7 +184,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         tls = auth.client_tls(args.ca_file, httpx.URL(args.url).scheme == "https")
     except DuoError as e:
         print(f"duo chat: {e}", file=sys.stderr)
-        return 2
+        return exit_code(e)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     history = History(args.system)
     with httpx.Client(
@@ -200,9 +192,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     ) as client:
         try:
             model = check(client, args.url)
-        except ChatError as e:
+        except ClientError as e:
             print(f"duo chat: {e}", file=sys.stderr)
-            return 2
+            return exit_code(e)
         if tty:
             note(f"chatting with {model} at {args.url}; :new starts over, :quit exits")
         while True:
@@ -229,10 +221,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:
                 note("[interrupted]")
                 continue
-            except ChatError as e:
+            except ClientError as e:
                 print(f"duo chat: {e}", file=sys.stderr, flush=True)
                 if e.fatal:
-                    return 2
+                    return exit_code(e)
                 continue
             history.add(text, answer)
             stats = format_stats(final)

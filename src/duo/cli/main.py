@@ -31,7 +31,7 @@ from duo.cli.sim import add_sim_parser
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.core.text import TextStream
-from duo.errors import DuoError, UsageError
+from duo.errors import DuoError, UsageError, exit_code
 from duo.llama.models import PAIRS, is_ready, prepare, verify_file
 from duo.llama.rpc import setup_rpc
 from duo.service.config import MODES, ModelConfig, SpecConfig, parse_pin
@@ -307,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except DuoError as e:
         print(f"duo: error: {e}", file=sys.stderr)
-        return 2
+        return exit_code(e)
     except KeyboardInterrupt:
         print("\nduo: interrupted", file=sys.stderr)
         return 130

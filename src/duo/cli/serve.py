@@ -18,6 +18,7 @@ from duo.cli.args import (
     positive,
     spec_config,
 )
+from duo.errors import CertificateError, Refused, exit_code
 from duo.llama.rpc import setup_rpc
 from duo.net import check_port, free_port, is_loopback
 from duo.service.config import parse_pin
@@ -176,7 +177,7 @@ def supervise_lead(args: argparse.Namespace, tls: auth.ServerTls | None = None) 
 
 
 def cmd_back(args: argparse.Namespace) -> int:
-    from duo.channel.back import Back, BackConfig, Refused, drafter_url
+    from duo.channel.back import Back, BackConfig, drafter_url
     from duo.llama.backend import Model
     from duo.service.config import resolve_models
 
@@ -203,10 +204,10 @@ def cmd_back(args: argparse.Namespace) -> int:
         asyncio.run(back.run())
     except Refused as e:
         print(f"duo back: refused by the lead: {e}", file=sys.stderr)
-        return 2
-    except auth.CertificateError as e:
+        return exit_code(e)
+    except CertificateError as e:
         print(f"duo back: {e}", file=sys.stderr)
-        return 2
+        return exit_code(e)
     except KeyboardInterrupt:
         print("duo back: stopped", file=sys.stderr)
         return 0

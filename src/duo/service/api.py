@@ -30,13 +30,13 @@ from starlette.websockets import WebSocket
 from duo.channel import protocol
 from duo.channel.endpoint import DrafterEndpoint
 from duo.core.sampling import SamplingParams
-from duo.errors import DuoError, PromptTooLong
+from duo.errors import AuthError, DuoError, GenerationFailed, PromptTooLong, UsageError
 from duo.service.lead import Delta, Done, Failed, Job, Lead
 from duo.service.metrics import Metrics
 from duo.service.openai_format import (
-    ApiError,
     chat_messages,
     checked_text,
+    duo_error_response,
     error_response,
     field,
     read_body,
@@ -59,7 +59,7 @@ def _guarded(endpoint: Endpoint) -> Endpoint:
     async def guarded(request: Request) -> Response:
         try:
             return await endpoint(request)
-        except (ApiError, HTTPException):
+        except (DuoError, HTTPException):
             raise
         except ClientDisconnect:  # gone while sending the body
             return Response(status_code=499)  # nobody is there to read it
@@ -106,7 +106,7 @@ class Api:
             WebSocketRoute(protocol.PATH, self.drafter),
         ]
         handlers = {
-            ApiError: self._api_error,
+            DuoError: self._duo_error,
             HTTPException: self._http_error,
             Exception: self._internal_error,
         }
@@ -114,9 +114,9 @@ class Api:
 
     # -- errors -----------------------------------------------------------------------
 
-    async def _api_error(self, request: Request, e: Exception) -> Response:
-        assert isinstance(e, ApiError)
-        return error_response(e.status, e.message, kind=e.kind, param=e.param, code=e.code)
+    async def _duo_error(self, request: Request, e: Exception) -> Response:
+        assert isinstance(e, DuoError)
+        return duo_error_response(e)
 
     async def _http_error(self, request: Request, e: Exception) -> Response:
         assert isinstance(e, HTTPException)
@@ -128,12 +128,7 @@ class Api:
 
     def _authorize(self, request: Request) -> None:
         if not self.authorize(request.headers.get("authorization")):
-            raise ApiError(
-                401,
-                "invalid or missing API key",
-                kind="authentication_error",
-                code="invalid_api_key",
-            )
+            raise AuthError()
 
     # -- endpoints ----------------------------------------------------------------------
 
@@ -175,13 +170,13 @@ class Api:
             if not all(
                 isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in prompt
             ):
-                raise ApiError(
-                    400, f"'prompt' token IDs must be integers in [0, {n_vocab})", param="prompt"
+                raise UsageError(
+                    f"'prompt' token IDs must be integers in [0, {n_vocab})", param="prompt"
                 )
             tokens = list(prompt)
         else:
-            raise ApiError(
-                400, "'prompt' must be a non-empty string or a list of token IDs", param="prompt"
+            raise UsageError(
+                "'prompt' must be a non-empty string or a list of token IDs", param="prompt"
             )
         job = self._job(tokens, max_tokens, stops, sampling, "prompt")
         meta = {
@@ -219,8 +214,7 @@ class Api:
         try:  # Jinja, pure Python: off the event loop too (it yields the GIL as it goes)
             text = await asyncio.to_thread(self.lead.render_chat, messages)
         except Exception as e:  # templates raise on what they refuse (roles out of order, ...)
-            raise ApiError(
-                400,
+            raise UsageError(
                 f"the model's chat template refused the messages: {str(e)[:300]}",
                 param="messages",
             ) from None
@@ -284,25 +278,23 @@ class Api:
         """
         data = text.encode("utf-8", "surrogatepass")
         if self.max_prompt_bytes is not None and len(data) > self.max_prompt_bytes:
-            raise ApiError(
-                400,
+            raise PromptTooLong(
                 f"the prompt is {len(data)} bytes, more than any {self.info.n_ctx}-token "
                 f"context can hold ({self.max_prompt_bytes} bytes)",
                 param=param,
-                code="context_length_exceeded",
             )
         try:
             return await asyncio.to_thread(self.lead.tokenize, text, add_special=add_special)
         except UnicodeEncodeError:  # a lone surrogate the checks did not see
-            raise ApiError(400, "the prompt is not valid text", param=param) from None
+            raise UsageError("the prompt is not valid text", param=param) from None
 
     def _check_fits(self, tokens: list[int], param: str) -> None:
         try:
             self.lead.check_fits(tokens)
         except PromptTooLong as e:
-            raise ApiError(400, str(e), param=param, code="context_length_exceeded") from None
+            raise PromptTooLong(str(e), param=param) from None
         except DuoError as e:
-            raise ApiError(400, str(e), param=param) from None
+            raise UsageError(str(e), param=param) from None
 
     def _job(
         self,
@@ -342,8 +334,8 @@ class Api:
             elif isinstance(event, Done):
                 return "".join(parts), event
             elif isinstance(event, Failed):
-                raise ApiError(500, event.message, kind="server_error")
-        raise ApiError(500, "generation ended without a result", kind="server_error")
+                raise GenerationFailed(event.message)
+        raise GenerationFailed("generation ended without a result")
 
     def _stream(
         self,

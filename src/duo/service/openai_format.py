@@ -18,27 +18,7 @@ from starlette.responses import JSONResponse
 
 from duo.core.sampling import SamplingParams
 from duo.core.stats import Stats
-from duo.errors import DuoError
-
-
-class ApiError(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        param: str | None = None,
-        code: str | None = None,
-        kind: str = "invalid_request_error",
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.code, self.kind = (
-            status,
-            message,
-            param,
-            code,
-            kind,
-        )
+from duo.errors import DuoError, RequestTooLarge, UsageError, http_status
 
 
 def error_response(
@@ -53,6 +33,12 @@ def error_response(
     return JSONResponse(body, status_code=status)
 
 
+def duo_error_response(e: DuoError) -> JSONResponse:
+    """Any DuoError in OpenAI's error shape, with its status from duo.errors.STATUS."""
+    status, kind = http_status(e)
+    return error_response(status, e.message, kind=kind, param=e.param, code=e.code)
+
+
 # -- request parsing ----------------------------------------------------------------------
 
 # The largest request body `duo lead` accepts by default (--max-body): a full 128K-token
@@ -65,11 +51,9 @@ MAX_SEED = 2**64 - 1
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
-def too_large(limit: int) -> ApiError:
-    return ApiError(
-        413,
-        f"the request body is larger than the lead accepts ({limit} bytes, see --max-body)",
-        code="request_too_large",
+def too_large(limit: int) -> RequestTooLarge:
+    return RequestTooLarge(
+        f"the request body is larger than the lead accepts ({limit} bytes, see --max-body)"
     )
 
 
@@ -95,13 +79,13 @@ async def read_body(request: Request, limit: int = DEFAULT_MAX_BODY) -> dict[str
 
 
 def _refuse_constant(name: str) -> Any:
-    raise ApiError(400, f"the request body holds {name}, which is not a JSON number")
+    raise UsageError(f"the request body holds {name}, which is not a JSON number")
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):  # 1e999 parses to inf
-        raise ApiError(400, f"the number {text[:40]} is out of range")
+        raise UsageError(f"the number {text[:40]} is out of range")
     return value
 
 
@@ -109,11 +93,11 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
     except RecursionError:
-        raise ApiError(400, "the request body is nested too deeply") from None
+        raise UsageError("the request body is nested too deeply") from None
     except (ValueError, UnicodeDecodeError):
-        raise ApiError(400, "the request body is not valid JSON") from None
+        raise UsageError("the request body is not valid JSON") from None
     if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
+        raise UsageError("the request body must be a JSON object")
     return body
 
 
@@ -121,7 +105,7 @@ def checked_text(value: str, param: str) -> str:
     """A string the model can take: JSON may carry lone UTF-16 surrogates ("\\ud800"),
     which have no UTF-8 encoding."""
     if _SURROGATE.search(value):
-        raise ApiError(400, f"'{param}' holds a lone UTF-16 surrogate (invalid text)", param=param)
+        raise UsageError(f"'{param}' holds a lone UTF-16 surrogate (invalid text)", param=param)
     return value
 
 
@@ -130,9 +114,9 @@ def field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], defaul
     if value is None:
         return default
     if isinstance(value, bool) and kind in (int, float, (int, float)):
-        raise ApiError(400, f"'{name}' must be a number", param=name)
+        raise UsageError(f"'{name}' must be a number", param=name)
     if not isinstance(value, kind):
-        raise ApiError(400, f"'{name}' has the wrong type", param=name)
+        raise UsageError(f"'{name}' has the wrong type", param=name)
     return value
 
 
@@ -142,10 +126,10 @@ def integer(body: dict[str, Any], name: str, default: int, lo: int, hi: int | No
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ApiError(400, f"'{name}' must be an integer", param=name)
+        raise UsageError(f"'{name}' must be an integer", param=name)
     if value < lo or (hi is not None and value > hi):
         bounds = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ApiError(400, f"'{name}' must be {bounds}", param=name)
+        raise UsageError(f"'{name}' must be {bounds}", param=name)
     return value
 
 
@@ -163,15 +147,15 @@ def number(
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ApiError(400, f"'{name}' must be a number", param=name)
+        raise UsageError(f"'{name}' must be a number", param=name)
     try:
         x = float(value)  # a JSON integer of 400 digits does not fit a float
     except OverflowError:
-        raise ApiError(400, f"'{name}' is out of range", param=name) from None
+        raise UsageError(f"'{name}' is out of range", param=name) from None
     if x < lo or (lo_open and x == lo) or (hi is not None and x > hi):
         left = "(" if lo_open else "["
         bounds = f"{'>' if lo_open else '>='} {lo:g}" if hi is None else f"in {left}{lo:g}, {hi:g}]"
-        raise ApiError(400, f"'{name}' must be {bounds}", param=name)
+        raise UsageError(f"'{name}' must be {bounds}", param=name)
     return x
 
 
@@ -186,17 +170,17 @@ def sampling_fields(
     stop = body.get("stop")
     stops = [stop] if isinstance(stop, str) else [] if stop is None else stop
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
-        raise ApiError(400, "'stop' must be a string or a list of strings", param="stop")
+        raise UsageError("'stop' must be a string or a list of strings", param="stop")
     if len(stops) > 4:
-        raise ApiError(400, "'stop' may hold at most 4 sequences", param="stop")
+        raise UsageError("'stop' may hold at most 4 sequences", param="stop")
     for s in stops:
         if len(s) > MAX_STOP_CHARS:
-            raise ApiError(
-                400, f"a stop string may be at most {MAX_STOP_CHARS} characters", param="stop"
+            raise UsageError(
+                f"a stop string may be at most {MAX_STOP_CHARS} characters", param="stop"
             )
         checked_text(s, "stop")
     if integer(body, "n", 1, 1) != 1:
-        raise ApiError(400, "only n=1 is supported", param="n")
+        raise UsageError("only n=1 is supported", param="n")
     field(body, "stream", bool, False)
     d = SamplingParams()
     # llama.cpp's conventions: repeat_last_n -1 = the whole context, seed -1 = random.
@@ -215,30 +199,28 @@ def sampling_fields(
     try:
         params.check()
     except DuoError as e:  # the checks above should have said it first
-        raise ApiError(400, str(e)) from None
+        raise UsageError(str(e)) from None
     return min(max_tokens, n_ctx), stops, params
 
 
 def chat_messages(body: dict[str, Any]) -> list[dict[str, str]]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise ApiError(400, "'messages' must be a non-empty list", param="messages")
+        raise UsageError("'messages' must be a non-empty list", param="messages")
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise ApiError(400, f"messages[{i}] needs a 'role'", param="messages")
+            raise UsageError(f"messages[{i}] needs a 'role'", param="messages")
         content = m.get("content")
         if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
             parts = [
                 p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"
             ]
             if len(parts) != len(content) or not all(isinstance(t, str) for t in parts):
-                raise ApiError(
-                    400, f"messages[{i}]: only text content is supported", param="messages"
-                )
+                raise UsageError(f"messages[{i}]: only text content is supported", param="messages")
             content = "".join(parts)  # type: ignore[arg-type]
         if not isinstance(content, str):
-            raise ApiError(400, f"messages[{i}] needs a string 'content'", param="messages")
+            raise UsageError(f"messages[{i}] needs a string 'content'", param="messages")
         out.append(
             {
                 "role": checked_text(m["role"], "messages"),
