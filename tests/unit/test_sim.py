@@ -359,3 +359,14 @@ def test_a_drafter_waking_from_a_rest_catches_up_in_one_batch() -> None:
 def test_a_profile_with_a_draft_batch_curve_round_trips() -> None:
     p = DeviceProfile("p", {1: 10.0, 9: 20.0}, draft_ms=5.0, draft_ms_by_batch={1: 5.0, 9: 9.0})
     assert DeviceProfile.from_dict(json.loads(json.dumps(p.to_dict()))) == p
+
+
+def test_free_drafters_replay_their_rounds_on_the_profile() -> None:
+    from duo.bench.profiles import DeviceProfile
+    from duo.bench.sim import simulate_free
+
+    cheap = DeviceProfile(name="gpu", main_ms_by_batch={1: 10.0, 9: 11.0}, draft_ms=1.0)
+    rounds = [[0, 0], [8, 8], [4, 1], [0, 0]]  # 1 + 9 + 2 + 1 tokens
+    result = simulate_free(rounds, cheap, overhead_ms=0.5)
+    assert result.tokens == 13 and result.drafted == 12 and result.accepted == 9
+    assert result.ms == pytest.approx(10 + 11 + cheap.main_ms(5) + 10 + 4 * 0.5)

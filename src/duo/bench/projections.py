@@ -14,6 +14,7 @@ from duo.bench.sim import (
     SIM_MODES,
     Trace,
     simulate,
+    simulate_free,
     simulate_sync,
     simulate_target,
 )
@@ -72,7 +73,20 @@ def project_bench(
         measured = _mode(report, mode)
         speed = None if measured is None else float(measured["tokens_per_second"])
         out.append(Projection(mode, result.tokens_per_second, speed))
+    free = free_rounds(report)
+    if free is not None:
+        rounds, overhead_ms, measured_speed = free
+        projected = simulate_free(rounds, profile, overhead_ms).tokens_per_second
+        out.append(Projection("free-1", projected, measured_speed))
     return out
+
+
+def free_rounds(report: Mapping[str, Any]) -> tuple[list[list[int]], float, float] | None:
+    """The free-1 run's rounds, its lead overhead per round and its speed, if it has any."""
+    free = _mode(report, "free-1")
+    if free is None or not free.get("trace"):
+        return None
+    return free["trace"], float(free["overhead_ms_per_round"]), float(free["tokens_per_second"])
 
 
 @dataclass(frozen=True)
@@ -82,9 +96,17 @@ class SeedProjection:
     target: float
     sync: float
     duo: float
+    free: float | None = None  # free drafters alone, from the bench's free-1 rounds
 
 
-def project_seeds(trace: Trace, *, k: int, max_ahead: int, policy: str) -> list[SeedProjection]:
+def project_seeds(
+    trace: Trace,
+    *,
+    k: int,
+    max_ahead: int,
+    policy: str,
+    free: tuple[list[list[int]], float, float] | None = None,
+) -> list[SeedProjection]:
     out = []
     for seed in SEEDS:
         seed_k = min(seed.k or k, trace.k)
@@ -98,6 +120,7 @@ def project_seeds(trace: Trace, *, k: int, max_ahead: int, policy: str) -> list[
                 simulate(
                     seed.mode, trace, p, k=seed_k, max_ahead=max_ahead, policy=policy
                 ).tokens_per_second,
+                None if free is None else simulate_free(free[0], p, free[1]).tokens_per_second,
             )
         )
     return out
@@ -116,8 +139,8 @@ def seeds_table(rows: list[SeedProjection]) -> str:
     """Markdown: projected vs quoted tok/s for each seed setup."""
     lines = [
         "| setup | duo mode | k | target (sim) | target (seed) | sync (sim) "
-        "| duo (sim) | duo (seed) | duo error |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| duo (sim) | duo (seed) | duo error | free (sim) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         s = r.setup
@@ -126,7 +149,7 @@ def seeds_table(rows: list[SeedProjection]) -> str:
             error = f"{100 * (r.duo - s.reported_duo) / s.reported_duo:+.0f}%"
         lines.append(
             f"| {s.profile.name} | {s.mode} | {r.k} | {r.target:.2f} | {_num(s.reported_target)} "
-            f"| {r.sync:.2f} | {r.duo:.2f} | {_num(s.reported_duo)} | {error} |"
+            f"| {r.sync:.2f} | {r.duo:.2f} | {_num(s.reported_duo)} | {error} | {_num(r.free)} |"
         )
     return "\n".join(lines)
 

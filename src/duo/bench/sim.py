@@ -35,7 +35,12 @@ Modelling assumptions (each one is a simplification of the real engine):
    round as the lead does, including the free look at a skipped draft's first token; when
    it asks an in-process drafter to rest, the simulated one rests too (a back never does),
    and when it wakes it evaluates the commits it missed in one batch (draft_ms_by_batch).
-6. Several generations are simulated as one long one: prefill, the first rounds of each
+6. Free drafters (n-gram lookup, the suffix cache) cost no device time: their rounds,
+   as a bench's free-1 run recorded them (drafted, accepted), are replayed on the
+   profile's main-model costs, plus the lead's measured time per round outside the pass
+   (lookups and bookkeeping). Which drafts a policy verifies there is taken as measured,
+   not re-decided for the profile.
+7. Several generations are simulated as one long one: prefill, the first rounds of each
    generation and the shorter drafts at the end of each are not modelled.
 """
 
@@ -148,6 +153,18 @@ def simulate_target(trace: Trace, profile: DeviceProfile) -> SimResult:
     for _ in range(len(trace.matches())):
         result.add_round(0, 0)
         result.ms += profile.main_ms(1)
+    return result
+
+
+def simulate_free(
+    rounds: Sequence[Sequence[int]], profile: DeviceProfile, overhead_ms: float
+) -> SimResult:
+    """Free drafters: the recorded rounds, each a main pass over 1 + drafted tokens plus
+    the lead's time outside it (assumption 6)."""
+    result = SimResult("free-1")
+    for drafted, accepted in rounds:
+        result.ms += profile.main_ms(int(drafted) + 1) + overhead_ms
+        result.add_round(int(drafted), int(accepted))
     return result
 
 

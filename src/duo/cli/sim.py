@@ -13,6 +13,7 @@ from duo.bench.profiles import SEEDS, DeviceProfile, bench_profile, seed_profile
 from duo.bench.projections import (
     bench_table,
     bench_trace,
+    free_rounds,
     project_bench,
     project_seeds,
     seeds_table,
@@ -62,7 +63,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
     out: dict[str, Any] = {"bench": args.bench, "k": k, "max_ahead": max_ahead, "policy": policy}
     if args.profile == "seeds":
         print("acceptance on the seed hardware: this machine's pair (above), not the seeds' models")
-        seeds = project_seeds(trace, k=k, max_ahead=max_ahead, policy=policy)
+        seeds = project_seeds(
+            trace, k=k, max_ahead=max_ahead, policy=policy, free=free_rounds(report)
+        )
         print(seeds_table(seeds))
         for s in seeds:
             print(f"\n{s.setup.profile.name}: {s.setup.profile.note}")
@@ -72,7 +75,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
                 "mode": r.setup.mode,
                 "k": r.k,
                 "source": r.setup.source,
-                "projected": {"target": r.target, "sync": r.sync, "duo": r.duo},
+                "projected": {"target": r.target, "sync": r.sync, "duo": r.duo, "free": r.free},
                 "reported": {"target": r.setup.reported_target, "duo": r.setup.reported_duo},
             }
             for r in seeds
