@@ -1,7 +1,13 @@
-"""llama.cpp's own binaries as the peer in `duo bench`: same models, prompts and cores.
+"""llama.cpp's own binaries as the peers in `duo bench`: same models, prompts and cores.
 
-    llama.cpp          llama-completion: the main model alone (greedy, -t threads)
-    llama.cpp-spec     llama-speculative-simple: llama.cpp's synchronous speculation
+    llama.cpp             llama-completion: the main model alone (peer of target-1)
+    llama.cpp-all         the same on every core (peer of target-all)
+    llama.cpp-spec        llama-speculative-simple, draft-simple: synchronous speculation
+                          with the draft model, on the main and draft cores (peer of sync)
+    llama.cpp-ngram-*     llama-speculative-simple with one n-gram spec type and no draft
+                          model (ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod,
+                          ngram-cache), on every core (peers of free-all)
+    llama.cpp-spec+ngram  draft-simple chained with ngram-mod (peer of async+free)
 
 Build them with scripts/build-llama-cpp.sh (from the sources vendored in the pinned
 llama-cpp-python), then pass `--llama-cpp-bin DIR`, or put them on PATH.
@@ -84,10 +90,13 @@ def target(
     return {"tokens": runs, "seconds": ms / 1000, "drafted": 0, "accepted": 0}
 
 
+NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+
+
 def speculative(
     bin_dir: str | None,
     main: Path,
-    draft: Path,
+    draft: Path | None,
     prompt: str,
     n: int,
     k: int,
@@ -96,14 +105,24 @@ def speculative(
     cores: frozenset[int] | None,
     gpu_layers: int = 0,
     draft_gpu_layers: int = 0,
+    spec_types: str = "draft-simple",
 ) -> dict[str, Any]:
-    """llama.cpp's synchronous speculative decoding on the main device."""
+    """llama.cpp's synchronous speculative decoding: a draft model (draft-simple), n-gram
+    lookups (without a draft model), or both, as `spec_types` says."""
+    model = (
+        []
+        if draft is None
+        else [
+            *("-md", str(draft), "-td", str(draft_threads), "-ngld", str(draft_gpu_layers)),
+            *("--spec-draft-n-max", str(k)),
+        ]
+    )
     out = _run(
         [
             str(find_bin(bin_dir, "llama-speculative-simple")),
             *_greedy(main, prompt, n, threads, gpu_layers),
-            *("-md", str(draft), "-td", str(draft_threads), "-ngld", str(draft_gpu_layers)),
-            *("--spec-type", "draft-simple", "--spec-draft-n-max", str(k)),
+            *model,
+            *("--spec-type", spec_types),
         ],
         cores,
     )

@@ -206,7 +206,8 @@ class LeadBack(Runner):
 
 
 class LlamaCpp(Runner):
-    """The same prompts through llama.cpp's binaries, greedy, on the main device."""
+    """The same prompts through llama.cpp's binaries, greedy, on the cores of the duo mode
+    each one is the peer of (see duo.bench.llamacpp)."""
 
     def __init__(
         self,
@@ -220,25 +221,34 @@ class LlamaCpp(Runner):
         self.mode, self.models, self.spec, self.n, self.bin_dir = mode, models, spec, n, bin_dir
         with Model(models.main, n_ctx=512) as model:  # the chat template, as the other modes
             self.texts = [prompt_text(model, p) for p in prompts]
-        main = _cores(spec.main_cores, "all")
-        models_on = "main" if mode == "llama.cpp" else "main + draft, one process"
-        self.devices = f"{models_on}: cores {main} (llama.cpp's binaries)"
+        kind = mode.removeprefix("llama.cpp").removeprefix("-")
+        every = len(os.sched_getaffinity(0))
+        both = spec.main_cores | spec.draft_cores if spec.main_cores and spec.draft_cores else None
+        # (spec types or None for the main model alone, draft model?, cores, main threads)
+        self.how: tuple[str | None, bool, frozenset[int] | None, int] = {
+            "": (None, False, spec.main_cores, models.threads),
+            "all": (None, False, None, every),
+            "spec": ("draft-simple", True, both, models.threads),
+            "spec+ngram": ("draft-simple,ngram-mod", True, both, models.threads),
+        }.get(kind, (kind, False, None, every))
+        _, drafted, cores, threads = self.how
+        models_on = "main + draft, one process" if drafted else "main"
+        self.devices = f"{models_on}: cores {_cores(cores, 'all')} x{threads}t (llama.cpp)"
 
     def one(self, i: int) -> tuple[Stats, float]:
         from duo.bench import llamacpp
 
         m, spec = self.models, self.spec
-        if self.mode == "llama.cpp":
+        types, drafted, cores, threads = self.how
+        if types is None:
             r = llamacpp.target(
-                self.bin_dir, m.main, self.texts[i], self.n, m.threads, spec.main_cores,
-                m.n_gpu_layers,
-            )  # fmt: skip
+                self.bin_dir, m.main, self.texts[i], self.n, threads, cores, m.n_gpu_layers
+            )
         else:
-            assert m.draft is not None
             r = llamacpp.speculative(
-                self.bin_dir, m.main, m.draft, self.texts[i], self.n, spec.draft_max,
-                m.threads, m.draft_threads, spec.main_cores, m.n_gpu_layers,
-                m.n_gpu_layers_draft,
+                self.bin_dir, m.main, m.draft if drafted else None, self.texts[i], self.n,
+                spec.draft_max, threads, m.draft_threads, cores, m.n_gpu_layers,
+                m.n_gpu_layers_draft, spec_types=types,
             )  # fmt: skip
         # Each round emits its accepted draft tokens plus one: rounds = tokens - accepted.
         stats = Stats(

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from duo.bench.costs import Profiler
+from duo.bench.llamacpp import NGRAM_TYPES
 from duo.bench.profiles import DeviceProfile
 from duo.bench.runners import InProcess, LeadBack, LlamaCpp, Prompt, Runner, prompt_tokens
 from duo.bench.sim import Trace, simulate_async
@@ -50,7 +51,14 @@ MODES = (
 )
 MODEL_ONLY = frozenset({"model"})  # sync, async, lead+back: the draft model alone
 FREE = frozenset({"ngram", "suffix"})  # free-1, free-all: no draft model
-PEER_MODES = ("llama.cpp", "llama.cpp-spec")  # llama.cpp's own binaries, when available
+# llama.cpp's own binaries, when available (duo.bench.llamacpp says which is whose peer)
+PEER_MODES = (
+    "llama.cpp",
+    "llama.cpp-all",
+    "llama.cpp-spec",
+    *(f"llama.cpp-{t}" for t in NGRAM_TYPES),
+    "llama.cpp-spec+ngram",
+)
 
 
 @dataclass
