@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from duo.drafting.lookup import NGRAM, SUFFIX, NgramDrafts, SuffixDrafts
+
+tokens = st.lists(st.integers(0, 6), min_size=2, max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(tokens, min_size=1, max_size=4), tokens)
+def test_the_bigram_filter_never_hides_a_match(
+    earlier: list[list[int]], context: list[int]
+) -> None:
+    """Skipping the cache when the last two tokens were never seen together loses nothing."""
+    drafts = SuffixDrafts()
+    for request in earlier:
+        drafts.begin(request)
+        drafts.end()
+    proposals = drafts.propose(context, 8)
+    direct = drafts.cache.lookup(context, 8)
+    assert [p.tokens for p in proposals] == ([] if direct is None else [direct.tokens])
+    assert all(p.source == SUFFIX for p in proposals)
+
+
+def test_ngram_drafts_follow_the_commits() -> None:
+    drafts = NgramDrafts(2, 4)
+    drafts.begin([1, 2, 3, 4, 5, 1, 2])
+    [proposal] = drafts.propose([1, 2, 3, 4, 5, 1, 2], 3)
+    assert (proposal.source, proposal.tokens, proposal.grade) == (NGRAM, (3, 4, 5), 2)
+    drafts.commit(7, [3, 4])
+    [proposal] = drafts.propose([1, 2, 3, 4, 5, 1, 2, 3, 4], 8)
+    assert proposal.tokens[:2] == (5, 1) and proposal.grade == 4
+    assert drafts.propose([9, 9, 9, 8], 0) == []  # out of step: resynced, and no room
+
+
+def test_the_suffix_cache_learns_from_finished_requests_and_forgets() -> None:
+    drafts = SuffixDrafts()
+    answer = [7, 8, 9, 10, 11, 12]
+    drafts.begin([1, 2])
+    drafts.commit(2, answer)
+    assert drafts.propose([1, 2, *answer[:2]], 4) == []  # not finished yet: not in the cache
+    drafts.end()
+    [proposal] = drafts.propose([5, 5, 7, 8], 4)
+    assert proposal.tokens == (9, 10, 11, 12)
+    drafts.forget()
+    assert drafts.propose([5, 5, 7, 8], 4) == []
