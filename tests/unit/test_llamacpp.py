@@ -36,3 +36,13 @@ def test_speculative_summary() -> None:
 def test_missing_binaries_say_how_to_build_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(UsageError, match=r"build-llama-cpp\.sh"):
         find_bin(str(tmp_path), "llama-completion")
+
+
+def test_ngram_peers_draft_as_duo_does() -> None:
+    from duo.bench.llamacpp import ngram_flags
+
+    assert ngram_flags("ngram-simple", 8) == [
+        "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "8",
+    ]  # fmt: skip
+    assert ngram_flags("draft-simple,ngram-mod", 6)[-2:] == ["--spec-ngram-mod-n-max", "6"]
+    assert ngram_flags("draft-simple", 8) == ngram_flags("ngram-cache", 8) == []

@@ -93,6 +93,20 @@ def target(
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 
 
+def ngram_flags(spec_types: str, k: int) -> list[str]:
+    """Each n-gram type's settings, as duo's lookup uses them: a short key (3 tokens) and
+    drafts of at most k tokens. llama.cpp's defaults (12-token keys, 48-64-token drafts,
+    made for GPUs) drafted nothing on these prompts."""
+    flags: list[str] = []
+    for kind in spec_types.split(","):
+        if kind in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
+            flags += [f"--spec-{kind}-size-n", "3", f"--spec-{kind}-size-m", str(k)]
+        elif kind == "ngram-mod":
+            flags += ["--spec-ngram-mod-n-match", "3", "--spec-ngram-mod-n-min", "1"]
+            flags += ["--spec-ngram-mod-n-max", str(k)]
+    return flags
+
+
 def speculative(
     bin_dir: str | None,
     main: Path,
@@ -123,6 +137,7 @@ def speculative(
             *_greedy(main, prompt, n, threads, gpu_layers),
             *model,
             *("--spec-type", spec_types),
+            *ngram_flags(spec_types, k),
         ],
         cores,
     )
