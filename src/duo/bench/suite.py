@@ -138,7 +138,11 @@ def _x(v: float | None) -> str:
     return "" if v is None else f"{v:.2f}x"
 
 
-SUITES: dict[str, tuple[str, ...]] = {"chat": ("suite.jsonl",)}
+SUITES: dict[str, tuple[str, ...]] = {
+    "chat": ("suite.jsonl",),
+    "grounded": ("grounded.jsonl",),
+    "all": ("suite.jsonl", "grounded.jsonl"),
+}
 
 
 def load_prompts(path: str | None, suite: str = "chat") -> list[Prompt]:

@@ -253,9 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompts", help="a JSON-lines prompt file of your own")
     g.add_argument(
         "--suite",
-        choices=("chat",),
+        choices=("chat", "grounded", "all"),
         default="chat",
-        help="bundled prompts: chat (12 everyday prompts; default)",
+        help="bundled prompts: chat (12 everyday prompts), grounded (18 prompts whose "
+        "answers reuse the prompt), all (default %(default)s)",
     )
     g.add_argument("--repeat", type=positive, default=3, help="repeats of the suite (median)")
     g.add_argument("--draft", type=positive, default=8, metavar="K", help="draft tokens per round")
