@@ -20,14 +20,14 @@ from duo.llama.models import get_pair, prepare
 @pytest.fixture(scope="session")
 def pair() -> tuple[Path, Path]:
     """(main, draft) paths of the default smollm2 pair, prepared once."""
-    main, draft = prepare(get_pair("smollm2"), progress=False)
+    main, draft = prepare(get_pair("smollm2"))
     return main, draft
 
 
 @pytest.fixture(scope="session")
 def other_vocab_draft() -> Path:
     """A draft model whose vocabulary differs from smollm2's (gemma3's Q2_K)."""
-    return prepare(get_pair("gemma3"), progress=False)[1]
+    return prepare(get_pair("gemma3"))[1]
 
 
 def duo(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from duo.cli.progress import Spinner
 from duo.core.sampling import SamplingParams
 from duo.llama.models import PAIRS
 from duo.service.config import (
@@ -162,7 +163,8 @@ def sampling_params(args: argparse.Namespace) -> SamplingParams:
 
 
 def model_config(args: argparse.Namespace, *, need_draft: bool) -> ModelConfig:
-    main, draft = resolve_models(args.model, args.model_draft if need_draft else None, args.pair)
+    draft_path = args.model_draft if need_draft else None
+    main, draft = resolve_models(args.model, draft_path, args.pair, progress=Spinner)
     return ModelConfig(
         main=main,
         draft=draft if need_draft else None,

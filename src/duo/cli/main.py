@@ -25,6 +25,7 @@ from duo.cli.args import (
     spec_config,
 )
 from duo.cli.chat import add_chat_parser
+from duo.cli.progress import Spinner
 from duo.cli.rpc_server import add_rpc_server_parser
 from duo.cli.serve import add_back_parser, add_lead_parser
 from duo.cli.sim import add_sim_parser
@@ -122,7 +123,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         for name in names:
             if name not in PAIRS:
                 raise UsageError(f"unknown model pair {name!r} (known: {', '.join(PAIRS)})")
-            main, draft = prepare(PAIRS[name])
+            main, draft = prepare(PAIRS[name], progress=Spinner)
             print(f"{name}: ready\n  main  {main}\n  draft {draft}")
         return 0
     status = 0

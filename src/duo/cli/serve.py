@@ -18,6 +18,7 @@ from duo.cli.args import (
     positive,
     spec_config,
 )
+from duo.cli.progress import Spinner
 from duo.errors import CertificateError, Refused, exit_code
 from duo.llama.rpc import setup_rpc
 from duo.net import check_port, free_port, is_loopback
@@ -185,7 +186,7 @@ def cmd_back(args: argparse.Namespace) -> int:
     key = auth.client_key(args, env=(auth.DRAFTER_KEY_ENV, auth.API_KEY_ENV))
     tls = auth.client_tls(args.ca_file, url.startswith("wss://"))
     if args.model is None:
-        _, draft = resolve_models(None, None, args.pair)
+        _, draft = resolve_models(None, None, args.pair, progress=Spinner)
         path = draft
     else:
         path = resolve_models(args.model, None, None)[0]

@@ -12,16 +12,18 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import logging
 import os
-import sys
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from duo.errors import ModelError, UsageError
 from duo.llama import backend
+
+log = logging.getLogger(__name__)
 
 
 def duo_home() -> Path:
@@ -114,8 +116,20 @@ def is_ready(path: Path) -> bool:
     return path.stat().st_size == size
 
 
-def prepare(pair: Pair, *, progress: bool = True) -> tuple[Path, Path]:
-    """Build the pair's files if they are missing; return (main path, draft path)."""
+Step = Callable[[str], AbstractContextManager[object]]  # shows a blocking step, by label
+
+
+@contextmanager
+def _logged(label: str) -> Iterator[None]:
+    t0 = time.monotonic()
+    log.info("preparing %s ...", label)
+    yield
+    log.info("prepared %s in %.1fs", label, time.monotonic() - t0)
+
+
+def prepare(pair: Pair, *, progress: Step | None = None) -> tuple[Path, Path]:
+    """Build the pair's files if they are missing; return (main path, draft path).
+    `progress` shows each build as it runs (a command's spinner); by default, the log."""
     paths = (pair.path("main"), pair.path("draft"))
     if all(is_ready(p) for p in paths):
         return paths
@@ -132,7 +146,7 @@ def prepare(pair: Pair, *, progress: bool = True) -> tuple[Path, Path]:
     for spec, path in ((pair.main, paths[0]), (pair.draft, paths[1])):
         if not is_ready(path):
             label = f"{pair.name}: {spec.filename} ({spec.ftype})"
-            with _Progress(label, enabled=progress):
+            with (progress or _logged)(label):
                 _build(src, path, spec.ftype)
     return paths
 
@@ -167,45 +181,3 @@ def sha256_file(path: Path) -> str:
 
 def _manifest_path(path: Path) -> Path:
     return path.with_name(path.name + ".json")
-
-
-class _Progress:
-    """A one-line elapsed-time display on stderr while a blocking step runs."""
-
-    def __init__(self, label: str, *, enabled: bool) -> None:
-        self.label = label
-        self.enabled = enabled
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._t0 = 0.0
-
-    def __enter__(self) -> _Progress:
-        self._t0 = time.monotonic()
-        if self.enabled:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        if self.enabled:
-            self._thread.join()
-            status = "failed" if exc[0] else "done"
-            elapsed = time.monotonic() - self._t0
-            print(f"\rpreparing {self.label} ... {status} in {elapsed:.1f}s", file=sys.stderr)
-
-    def _run(self) -> None:
-        tty = sys.stderr.isatty()
-        frames = "|/-\\"
-        i = 0
-        if not tty:
-            print(f"preparing {self.label} ...", file=sys.stderr)
-        while not self._done.wait(0.2):
-            if tty:
-                elapsed = time.monotonic() - self._t0
-                print(
-                    f"\rpreparing {self.label} {frames[i % 4]} {elapsed:5.1f}s",
-                    end="",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                i += 1

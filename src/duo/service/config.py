@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from duo.errors import UsageError
-from duo.llama.models import DEFAULT_PAIR, get_pair, prepare
+from duo.llama.models import DEFAULT_PAIR, Step, get_pair, prepare
 
 Mode = Literal["target", "sync", "async"]
 MODES: tuple[Mode, ...] = get_args(Mode)
@@ -79,13 +79,13 @@ class SpecConfig:
 
 
 def resolve_models(
-    main: str | None, draft: str | None, pair: str | None
+    main: str | None, draft: str | None, pair: str | None, progress: Step | None = None
 ) -> tuple[Path, Path | None]:
     """-m/-md paths, or the files of a named (default) pair, prepared on first use."""
     if main is None:
         if draft is not None:
             raise UsageError("-md needs -m (a draft model for which main model?)")
-        paths = prepare(get_pair(pair or DEFAULT_PAIR))
+        paths = prepare(get_pair(pair or DEFAULT_PAIR), progress=progress)
         return paths
     if pair is not None:
         raise UsageError("give either --pair or -m/-md, not both")
