@@ -159,7 +159,8 @@ def test_context_limit_ends_with_length() -> None:
 def test_several_sources_change_nothing_and_are_counted_apart() -> None:
     """Garbage sources next to a useful one, chosen per source by the adaptive policy:
     the output is the main model's, and each source's verified drafts are its own."""
-    from duo.core.policy import CostModel, PerSource
+    from duo.core.choice import PerSource
+    from duo.core.policy import CostModel
     from duo.drafting.lookup import NgramDrafts
     from duo.drafting.sources import Sources
 

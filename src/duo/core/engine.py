@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from duo.core.choice import Chooser, Longest
 from duo.core.draft import Proposal
-from duo.core.policy import Chooser, Longest
 from duo.core.sampling import Greedy, Logits, Sampler
 from duo.core.verify import verify
 from duo.errors import PromptTooLong, UsageError

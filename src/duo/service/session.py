@@ -21,8 +21,9 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from duo.core.choice import Chooser, Longest, PerSource
 from duo.core.engine import DraftSource, NoDrafts, Round, generate
-from duo.core.policy import Chooser, Longest, PerSource, calibrate
+from duo.core.policy import calibrate
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.drafting.lookup import NgramDrafts, SuffixDrafts
