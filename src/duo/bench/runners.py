@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -25,6 +24,7 @@ from duo.core.sampling import SamplingParams
 from duo.core.stats import SourceStats, Stats
 from duo.errors import UsageError
 from duo.llama.backend import Model
+from duo.net import free_port
 from duo.service.config import ModelConfig, SpecConfig
 from duo.service.session import Session
 
@@ -136,7 +136,7 @@ class LeadBack(Runner):
         self.mode = mode
         self.prompts, self.n, self.sampling = prompts, n, sampling
         self.devices = _devices(spec, models) + " (2 processes)"
-        port = _free_port()
+        port = free_port()
         url = f"http://127.0.0.1:{port}"
         pin_main = _cores(spec.main_cores, "")
         pin_draft = _cores(spec.draft_cores, "")
@@ -205,6 +205,15 @@ class LeadBack(Runner):
             proc.wait(timeout=30)
 
 
+class Peer(NamedTuple):
+    """How a llama.cpp peer runs."""
+
+    spec_types: str | None  # llama-speculative-simple's --spec-type; None: llama-completion
+    drafted: bool  # with the draft model
+    cores: frozenset[int] | None  # pinned to these (None: every core)
+    threads: int  # of the main model
+
+
 class LlamaCpp(Runner):
     """The same prompts through llama.cpp's binaries, greedy, on the cores of the duo mode
     each one is the peer of (see duo.bench.llamacpp)."""
@@ -224,31 +233,30 @@ class LlamaCpp(Runner):
         kind = mode.removeprefix("llama.cpp").removeprefix("-")
         every = len(os.sched_getaffinity(0))
         both = spec.main_cores | spec.draft_cores if spec.main_cores and spec.draft_cores else None
-        # (spec types or None for the main model alone, draft model?, cores, main threads)
-        self.how: tuple[str | None, bool, frozenset[int] | None, int] = {
-            "": (None, False, spec.main_cores, models.threads),
-            "all": (None, False, None, every),
-            "spec": ("draft-simple", True, both, models.threads),
-            "spec+ngram": ("draft-simple,ngram-mod", True, both, models.threads),
-        }.get(kind, (kind, False, None, every))
-        _, drafted, cores, threads = self.how
-        models_on = "main + draft, one process" if drafted else "main"
-        self.devices = f"{models_on}: cores {_cores(cores, 'all')} x{threads}t (llama.cpp)"
+        self.peer = {
+            "": Peer(None, False, spec.main_cores, models.threads),
+            "all": Peer(None, False, None, every),
+            "spec": Peer("draft-simple", True, both, models.threads),
+            "spec+ngram": Peer("draft-simple,ngram-mod", True, both, models.threads),
+        }.get(kind, Peer(kind, False, None, every))
+        models_on = "main + draft, one process" if self.peer.drafted else "main"
+        cores = _cores(self.peer.cores, "all")
+        self.devices = f"{models_on}: cores {cores} x{self.peer.threads}t (llama.cpp)"
 
     def one(self, i: int) -> tuple[Stats, float]:
         from duo.bench import llamacpp
 
-        m, spec = self.models, self.spec
-        types, drafted, cores, threads = self.how
-        if types is None:
+        m, spec, peer = self.models, self.spec, self.peer
+        if peer.spec_types is None:
             r = llamacpp.target(
-                self.bin_dir, m.main, self.texts[i], self.n, threads, cores, m.n_gpu_layers
-            )
+                self.bin_dir, m.main, self.texts[i], self.n, peer.threads, peer.cores,
+                m.n_gpu_layers,
+            )  # fmt: skip
         else:
             r = llamacpp.speculative(
-                self.bin_dir, m.main, m.draft if drafted else None, self.texts[i], self.n,
-                spec.draft_max, threads, m.draft_threads, cores, m.n_gpu_layers,
-                m.n_gpu_layers_draft, spec_types=types,
+                self.bin_dir, m.main, m.draft if peer.drafted else None, self.texts[i], self.n,
+                spec.draft_max, peer.threads, m.draft_threads, peer.cores, m.n_gpu_layers,
+                m.n_gpu_layers_draft, spec_types=peer.spec_types,
             )  # fmt: skip
         # Each round emits its accepted draft tokens plus one: rounds = tokens - accepted.
         stats = Stats(
@@ -350,9 +358,3 @@ def _wait(predicate: Any, proc: subprocess.Popen[bytes], timeout: float = 180) -
             pass
         time.sleep(0.1)
     raise UsageError("a benchmark process did not become ready in time")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

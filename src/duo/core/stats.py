@@ -18,6 +18,10 @@ class SourceStats:
     drafted: int = 0
     accepted: int = 0
 
+    def add(self, drafted: int, accepted: int) -> None:
+        self.drafted += drafted
+        self.accepted += accepted
+
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0
@@ -51,9 +55,7 @@ class Stats:
         self.llama_seconds += r.llama_seconds
         self.trace.append((r.drafted, r.accepted))
         if r.source is not None and r.drafted:
-            mine = self.by_source.setdefault(r.source, SourceStats())
-            mine.drafted += r.drafted
-            mine.accepted += r.accepted
+            self.by_source.setdefault(r.source, SourceStats()).add(r.drafted, r.accepted)
         while len(self.drafted_at) < r.drafted:
             self.drafted_at.append(0)
             self.accepted_at.append(0)
@@ -72,9 +74,7 @@ class Stats:
         self.decode_seconds += other.decode_seconds
         self.llama_seconds += other.llama_seconds
         for name, theirs in other.by_source.items():
-            mine = self.by_source.setdefault(name, SourceStats())
-            mine.drafted += theirs.drafted
-            mine.accepted += theirs.accepted
+            self.by_source.setdefault(name, SourceStats()).add(theirs.drafted, theirs.accepted)
         for i, (d, a) in enumerate(zip(other.drafted_at, other.accepted_at, strict=True)):
             if i == len(self.drafted_at):
                 self.drafted_at.append(0)

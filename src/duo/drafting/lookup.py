@@ -10,6 +10,7 @@ policy learns how far to trust a long match apart from a short one.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +20,7 @@ from duo.drafting.ngram import Match, NgramIndex
 from duo.drafting.suffix import SuffixCache
 
 NGRAM, SUFFIX = "ngram", "suffix"
+Pair = TypeVar("Pair", int, npt.NDArray[np.int64])
 WEAK = 100  # grade offset of a match whose continuation disagreed with itself before
 
 
@@ -62,16 +64,17 @@ class Bigrams:
     def __init__(self) -> None:
         self.seen = np.zeros(1 << self.BITS, dtype=np.bool_)
 
-    @classmethod
-    def _hash(cls, a: npt.NDArray[np.int64], b: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        return ((a * 0x9E3779B1) ^ b) & ((1 << cls.BITS) - 1)
-
     def add(self, tokens: Sequence[int]) -> None:
         t = np.asarray(tokens, dtype=np.int64)
-        self.seen[self._hash(t[:-1], t[1:])] = True
+        self.seen[_pair_hash(t[:-1], t[1:])] = True
 
     def may_hold(self, a: int, b: int) -> bool:
-        return bool(self.seen[((a * 0x9E3779B1) ^ b) & ((1 << self.BITS) - 1)])
+        return bool(self.seen[_pair_hash(a, b)])
+
+
+def _pair_hash(a: Pair, b: Pair) -> Pair:
+    """A token pair's slot in the bitmap (element-wise on arrays)."""
+    return ((a * 0x9E3779B1) ^ b) & ((1 << Bigrams.BITS) - 1)
 
 
 class SuffixDrafts:
@@ -108,5 +111,6 @@ class SuffixDrafts:
 
     def forget(self) -> None:
         """Drop every earlier request (a benchmark's repeat must not find its answers)."""
-        self.cache = SuffixCache(self.cache.max_tokens, self.cache.max_match)
+        c = self.cache
+        self.cache = SuffixCache(c.max_tokens, c.max_match, c.min_match, c.max_candidates)
         self.bigrams = Bigrams()
