@@ -92,3 +92,15 @@ def reference(table: dict[tuple[int, int], int], prompt: Sequence[int], n: int) 
         a = seq[-2] if len(seq) > 1 else 0
         seq.append(table[(a, seq[-1])])
     return seq[len(prompt) :]
+
+
+class FakeBatchModel:
+    """Several FakeModels as the sequences of one model, evaluated in one pass."""
+
+    def __init__(self, seqs: list[FakeModel]) -> None:
+        self.seqs = seqs
+        self.passes: list[list[int]] = []  # per pass, the tokens of each part
+
+    def decode_batch(self, parts: Sequence[tuple[int, Sequence[int]]]) -> list[np.ndarray]:
+        self.passes.append([len(tokens) for _, tokens in parts])
+        return [self.seqs[seq].decode(tokens) for seq, tokens in parts]

@@ -77,9 +77,9 @@ def test_a_skipped_draft_still_teaches_the_policy_its_first_token() -> None:
     # ...but the lead sees whether the drafter's first guess equals its own token. Right
     # again and again: a streak, in which drafts pay.
     for _ in range(20):
-        policy.observe(0, 0, 0.010, next_agreed=True)
+        policy.observe(0, 0, next_agreed=True)
     assert policy.choose(8) > 0
-    policy.observe(8, 3, 0.026)  # cut: back to the cautious estimates
+    policy.observe(8, 3)  # cut: back to the cautious estimates
     assert policy.choose(8) == 0
 
 

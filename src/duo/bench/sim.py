@@ -297,7 +297,9 @@ def simulate_async(
         next_agreed = runs[position] > length if offered > length else None
         start = t
         t = main_pass_end(t, profile.main_ms(length + 1), drafter, profile)
-        choose.observe(length, accepted, t - start, next_agreed)  # costs in ms here
+        choose.observe(length, accepted, next_agreed)
+        if isinstance(choose, AdaptivePolicy):  # the pass as measured, slowed or not
+            choose.costs.observe(length + 1, t - start)  # costs in ms here
         if network:
             t += profile.lead_cpu_ms_per_token * (accepted + 1)
         result.add_round(length, accepted)

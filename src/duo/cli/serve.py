@@ -52,6 +52,15 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="refuse request bodies larger than this with 413 (default %(default)s = 8 MiB: "
         "a 128K-token context of text, escaped as JSON, with room to spare)",
     )
+    g.add_argument(
+        "-np",
+        "--parallel",
+        type=positive,
+        default=1,
+        metavar="N",
+        help="decode up to N requests together, one pass per round, each in a slot with a "
+        "context of its own of -c tokens; more requests wait (default %(default)s)",
+    )
     g.add_argument("--quiet", action="store_true", help="do not print generations")
     lead.set_defaults(func=cmd_lead)
 
@@ -102,6 +111,7 @@ def cmd_lead(args: argparse.Namespace) -> int:
         port=args.port,
         api_key=keys,
         max_body=args.max_body,
+        parallel=args.parallel,
         console=not args.quiet,
         color=sys.stdout.isatty(),
     )

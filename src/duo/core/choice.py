@@ -8,10 +8,28 @@ verifies the proposal with the most expected tokens per second.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from duo.core.draft import Proposal, common_prefix
 from duo.core.policy import AdaptivePolicy, CostModel, expected_tokens
+
+
+class Base(NamedTuple):
+    """What the rest of a pass holds when one generation chooses its draft (several
+    generations share one pass): the tokens the others yield, by their estimates, and the
+    tokens they evaluate."""
+
+    expected: float
+    tokens: int
+
+
+ALONE = Base(0.0, 0)  # a pass of one generation
+
+
+class Choice(NamedTuple):
+    proposal: Proposal | None
+    n: int  # draft tokens of it to verify
+    expected: float  # tokens the round yields on average, by the chooser's estimates
 
 
 class Chooser(Protocol):
@@ -22,7 +40,7 @@ class Chooser(Protocol):
         """Keys of the sources that should rest (stop drafting) for now."""
         ...
 
-    def choose(self, offered: Sequence[Proposal]) -> tuple[Proposal | None, int]: ...
+    def choose(self, offered: Sequence[Proposal], base: Base = ALONE) -> Choice: ...
 
     def observe(
         self,
@@ -32,9 +50,11 @@ class Chooser(Protocol):
         seconds: float,
         offered: Sequence[Proposal],
         emitted: Sequence[int],
+        batch: int,
     ) -> None:
-        """The round verified `drafted` tokens of `chosen` in `seconds`, accepted
-        `accepted`, and emitted `emitted` (accepted + the main model's own token)."""
+        """The round verified `drafted` tokens of `chosen`, accepted `accepted`, and
+        emitted `emitted` (accepted + the main model's own token), in a pass of `batch`
+        tokens that took `seconds`."""
 
 
 class Longest:
@@ -42,9 +62,10 @@ class Longest:
 
     resting: frozenset[str] = frozenset()
 
-    def choose(self, offered: Sequence[Proposal]) -> tuple[Proposal | None, int]:
+    def choose(self, offered: Sequence[Proposal], base: Base = ALONE) -> Choice:
         best = max(offered, key=lambda p: len(p.tokens), default=None)
-        return best, len(best.tokens) if best else 0
+        n = len(best.tokens) if best else 0
+        return Choice(best, n, 1.0 + n)  # it knows no better than all accepted
 
     def observe(
         self,
@@ -54,6 +75,7 @@ class Longest:
         seconds: float,
         offered: Sequence[Proposal],
         emitted: Sequence[int],
+        batch: int,
     ) -> None:
         pass
 
@@ -86,25 +108,26 @@ class PerSource:
     def resting(self) -> frozenset[str]:
         return frozenset(k for k, p in self.policies.items() if not p.wants_drafts)
 
-    def choose(self, offered: Sequence[Proposal]) -> tuple[Proposal | None, int]:
-        picks: list[tuple[float, Proposal, int]] = []
+    def choose(self, offered: Sequence[Proposal], base: Base = ALONE) -> Choice:
+        picks: list[tuple[float, Choice]] = []
         for proposal in offered:
             policy = self.policy(proposal.key)
-            n = policy.choose(len(proposal.tokens))
+            n = policy.choose(len(proposal.tokens), base)
             if n:
-                rate = expected_tokens(n, policy.acceptance.p) / self.costs.cost(n + 1)
-                picks.append((rate, proposal, n))
+                expected = expected_tokens(n, policy.acceptance.p)
+                rate = (base.expected + expected) / self.costs.cost(base.tokens + n + 1)
+                picks.append((rate, Choice(proposal, n, expected)))
         keys = {p.key for p in offered}
         for key, policy in self.policies.items():
             if key not in keys:
                 policy.choose(0)  # nothing ready from this source
         if not picks:
-            return None, 0
-        _, best, n = max(picks, key=lambda pick: pick[0])
-        for _, proposal, _ in picks:
-            if proposal is not best:
-                self.policy(proposal.key).decline()
-        return best, n
+            return Choice(None, 0, 1.0)
+        _, best = max(picks, key=lambda pick: pick[0])
+        for _, choice in picks:
+            if choice is not best and choice.proposal is not None:
+                self.policy(choice.proposal.key).decline()
+        return best
 
     def observe(
         self,
@@ -114,16 +137,16 @@ class PerSource:
         seconds: float,
         offered: Sequence[Proposal],
         emitted: Sequence[int],
+        batch: int,
     ) -> None:
-        if chosen is None:
-            self.costs.observe(1, seconds)
+        self.costs.observe(batch, seconds)
         seen = set()
         for proposal in offered:
             policy = self.policy(proposal.key)
             seen.add(proposal.key)
             if proposal is chosen:
                 rest = proposal.tokens[drafted:]
-                policy.observe(drafted, accepted, seconds, rest[0] == emitted[-1] if rest else None)
+                policy.observe(drafted, accepted, rest[0] == emitted[-1] if rest else None)
             else:
                 agreed = common_prefix(proposal.tokens, emitted)
                 policy.observe_free(min(agreed + 1, len(proposal.tokens), len(emitted)), agreed)

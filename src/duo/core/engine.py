@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from duo.core.choice import Chooser, Longest
+from duo.core.choice import ALONE, Base, Chooser, Longest
 from duo.core.draft import Proposal
 from duo.core.sampling import Greedy, Logits, Sampler
 from duo.core.verify import verify
@@ -143,48 +143,175 @@ def generate(
     does not. With min_batch=2 every round is padded to a batch: all modes then compute
     bit-identical logits, and a seeded sampler gives bit-identical text in every mode.
     """
-    if max_tokens <= 0:
-        raise UsageError("the number of tokens to generate must be positive")
-    drafts = drafts or NoDrafts()
-    sampler = sampler or Greedy()
-    policy = policy or Longest()
-    committed = list(prompt)
-    produced = 0
-    drafts.begin(prompt)
+    g = Generation(
+        main,
+        prompt,
+        max_tokens=max_tokens,
+        drafts=drafts,
+        draft_max=draft_max,
+        sampler=sampler,
+        policy=policy,
+        min_batch=min_batch,
+    )
+    return run(main, g, on_prefill)
+
+
+def run(
+    main: MainModel, g: Generation, on_prefill: Callable[[Prefill], None] | None = None
+) -> Iterator[Round]:
+    """A generation alone on `main`, round by round, to its end."""
     try:
-        filled = prefill(main, prompt)
+        filled = g.start()
         if on_prefill:
             on_prefill(filled)
-        while produced < max_tokens and len(committed) < main.n_ctx:
+        while not g.finish:
+            batch = g.plan()
             t0 = time.perf_counter()
-            # Room for the draft: the bonus token counts against max_tokens too.
-            room = min(draft_max, max_tokens - produced - 1, main.n_ctx - len(committed))
-            drafts.rest(policy.resting)
-            offered = drafts.propose(committed, room) if room > 0 else []
-            chosen, n = policy.choose(offered)
-            draft = list(chosen.tokens[:n]) if chosen else []
-            t1 = time.perf_counter()
-            batch = [committed[-1], *draft]
-            logits = main.decode(batch + batch[-1:] * (min_batch - len(batch)))
-            t2 = time.perf_counter()
-            verdict = verify(draft, _sampler_at(sampler, logits, committed, draft))
-            main.truncate(len(committed) + verdict.accepted)
-            policy.observe(chosen, n, verdict.accepted, t2 - t1, offered, verdict.tokens)
-            tokens, finish = _finish(main, verdict.tokens)
-            start = len(committed)
-            committed.extend(tokens)
-            produced += len(tokens)
-            if finish is None and (produced >= max_tokens or len(committed) >= main.n_ctx):
-                finish = "length"
-            if tokens:
-                drafts.commit(start, tokens)
-            t3 = time.perf_counter()
-            source = chosen.source if chosen and n else None
-            yield Round(tokens, n, verdict.accepted, t3 - t0, t2 - t1, finish, source)
-            if finish:
-                return
+            logits = main.decode(batch)
+            yield g.settle(logits, time.perf_counter() - t0, len(batch))
     finally:
-        drafts.end()
+        g.end()
+
+
+class BatchModel(Protocol):
+    """A main model with several sequences, evaluated together (duo.llama.backend.Model)."""
+
+    def decode_batch(self, parts: Sequence[tuple[int, Sequence[int]]]) -> list[Logits]: ...
+
+
+def step(main: BatchModel, gens: Sequence[tuple[int, Generation]]) -> list[Round | Exception]:
+    """One round of several generations, each on its own sequence `seq` of `main`, in one
+    pass: [(seq, generation), ...] -> each one's Round, in order, or the exception that
+    ended it (one generation's failure leaves the others' rounds alone; a failed pass
+    raises).
+
+    Each generation's policy chooses its draft knowing what the batch already holds: the
+    tokens and expected yield of the generations before it, and one token (yielding one)
+    for each after it. A draft worth verifying alone can be worth less in a large batch.
+    """
+    results: list[Round | Exception | None] = [None] * len(gens)
+    parts: list[tuple[int, Sequence[int]]] = []
+    planned: list[int] = []
+    expected, tokens = 0.0, 0
+    for i, (seq, g) in enumerate(gens):
+        after = len(gens) - 1 - i
+        try:
+            batch = g.plan(Base(expected + after, tokens + after))
+        except Exception as e:
+            results[i] = e
+            continue
+        parts.append((seq, batch))
+        planned.append(i)
+        expected += g.expected
+        tokens += len(batch)
+    if parts:
+        t0 = time.perf_counter()
+        logits = main.decode_batch(parts)
+        seconds = time.perf_counter() - t0
+        for i, rows in zip(planned, logits, strict=True):
+            try:
+                results[i] = gens[i][1].settle(rows, seconds, tokens)
+            except Exception as e:
+                results[i] = e
+    return [r for r in results if r is not None]
+
+
+class Generation:
+    """One sequence's decoding, round by round: `plan` the batch (the last committed token
+    and the chosen draft), evaluate it (alone, or with other generations' batches), then
+    `settle` its logits: verify, commit, roll the KV back, tell the sources."""
+
+    def __init__(
+        self,
+        main: MainModel,
+        prompt: Sequence[int],
+        *,
+        max_tokens: int,
+        drafts: DraftSource | None = None,
+        draft_max: int = 8,
+        sampler: Sampler | None = None,
+        policy: Chooser | None = None,
+        min_batch: int = 1,
+    ) -> None:
+        if max_tokens <= 0:
+            raise UsageError("the number of tokens to generate must be positive")
+        self.main = main
+        self.prompt = prompt
+        self.max_tokens = max_tokens
+        self.drafts = drafts or NoDrafts()
+        self.draft_max = draft_max
+        self.sampler = sampler or Greedy()
+        self.policy = policy or Longest()
+        self.min_batch = min_batch
+        self.committed = list(prompt)
+        self.produced = 0
+        self.finish: Finish | None = None
+        self.expected = 1.0  # the planned round's expected yield, by the policy's estimates
+        self._started = 0.0
+        self._offered: list[Proposal] = []
+        self._chosen: Proposal | None = None
+        self._draft: list[int] = []
+
+    def start(self) -> Prefill:
+        """The draft source hears of the prompt, then the main model evaluates it."""
+        self.drafts.begin(self.prompt)
+        return prefill(self.main, self.prompt)
+
+    def plan(self, base: Base = ALONE) -> list[int]:
+        """The tokens this round evaluates: the last committed token and the draft."""
+        self._started = time.perf_counter()
+        committed = self.committed
+        # Room for the draft: the bonus token counts against max_tokens too.
+        room = min(
+            self.draft_max,
+            self.max_tokens - self.produced - 1,
+            self.main.n_ctx - len(committed),
+        )
+        self.drafts.rest(self.policy.resting)
+        self._offered = self.drafts.propose(committed, room) if room > 0 else []
+        chosen, n, self.expected = self.policy.choose(self._offered, base)
+        self._chosen = chosen if n else None
+        self._draft = list(chosen.tokens[:n]) if chosen else []
+        batch = [committed[-1], *self._draft]
+        return batch + batch[-1:] * (self.min_batch - len(batch))
+
+    def settle(self, logits: Logits, seconds: float, batch: int) -> Round:
+        """Verify the planned draft against `logits` (the rows of this generation's
+        batch), which a pass of `batch` tokens computed in `seconds`."""
+        committed, draft = self.committed, self._draft
+        verdict = verify(draft, _sampler_at(self.sampler, logits, committed, draft))
+        self.main.truncate(len(committed) + verdict.accepted)
+        self.policy.observe(
+            self._chosen,
+            len(draft),
+            verdict.accepted,
+            seconds,
+            self._offered,
+            verdict.tokens,
+            batch,
+        )
+        tokens, finish = _finish(self.main, verdict.tokens)
+        start = len(committed)
+        committed.extend(tokens)
+        self.produced += len(tokens)
+        full = self.produced >= self.max_tokens or len(committed) >= self.main.n_ctx
+        self.finish = finish or ("length" if full else None)
+        if tokens:
+            self.drafts.commit(start, tokens)
+        source = self._chosen.source if self._chosen else None
+        return Round(
+            tokens,
+            len(draft),
+            verdict.accepted,
+            time.perf_counter() - self._started,
+            seconds,
+            self.finish,
+            source,
+        )
+
+    def end(self) -> None:
+        """The generation is over (finished, stopped or abandoned): the sources hear."""
+        self.drafts.end()
 
 
 def _sampler_at(

@@ -12,7 +12,7 @@ drafter never makes the lead slower than the main model alone.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 
@@ -109,21 +109,28 @@ def expected_tokens(n: int, p: Callable[[int], float]) -> float:
     return expected
 
 
-def best_length(available: int, cost: Callable[[int], float], p: Callable[[int], float]) -> int:
-    """The draft length in [0, available] with the most expected tokens per second."""
-    best, best_rate = 0, 1.0 / cost(1)
+def best_length(
+    available: int,
+    cost: Callable[[int], float],
+    p: Callable[[int], float],
+    base: tuple[float, int] = (0.0, 0),
+) -> int:
+    """The draft length in [0, available] with the most expected tokens per second, in a
+    pass that also holds `base` = (tokens the rest of it yields, tokens it evaluates)."""
+    others, batch = base
+    best, best_rate = 0, (others + 1.0) / cost(batch + 1)
     expected = survive = 1.0
     for n in range(1, available + 1):
         survive *= p(n - 1)
         expected += survive
-        rate = expected / cost(n + 1)
+        rate = (others + expected) / cost(batch + n + 1)
         if rate > best_rate:
             best, best_rate = n, rate
     return best
 
 
 class Policy(Protocol):
-    def choose(self, available: int) -> int: ...
+    def choose(self, available: int, base: tuple[float, int] = (0.0, 0)) -> int: ...
 
     @property
     def wants_drafts(self) -> bool:
@@ -131,10 +138,8 @@ class Policy(Protocol):
         for a while, and on a shared machine drafting slows the main model down."""
         ...
 
-    def observe(
-        self, drafted: int, accepted: int, seconds: float, next_agreed: bool | None = None
-    ) -> None:
-        """A round verified `drafted` tokens in `seconds` and accepted `accepted`. When the
+    def observe(self, drafted: int, accepted: int, next_agreed: bool | None = None) -> None:
+        """A round verified `drafted` tokens and accepted `accepted`. When the
         draft offered was longer and all of the verified part was accepted, next_agreed
         says whether its next token equals the main model's own token: a free look at one
         more position (after a skipped draft, at the first one)."""
@@ -145,12 +150,10 @@ class FixedPolicy:
 
     wants_drafts = True
 
-    def choose(self, available: int) -> int:
+    def choose(self, available: int, base: tuple[float, int] = (0.0, 0)) -> int:
         return available
 
-    def observe(
-        self, drafted: int, accepted: int, seconds: float, next_agreed: bool | None = None
-    ) -> None:
+    def observe(self, drafted: int, accepted: int, next_agreed: bool | None = None) -> None:
         pass
 
 
@@ -198,11 +201,13 @@ class AdaptivePolicy:
     def wants_drafts(self) -> bool:
         return self._resting == 0
 
-    def choose(self, available: int) -> int:
+    def choose(self, available: int, base: tuple[float, int] = (0.0, 0)) -> int:
+        """How many of `available` draft tokens to verify, in a pass that also holds
+        `base` (duo.core.choice.Base) for other generations."""
         if available == 0:
             self.decline()
             return 0
-        best = best_length(available, self.costs.cost, self.acceptance.p)
+        best = best_length(available, self.costs.cost, self.acceptance.p, base)
         if best > 0:
             self._interval = self.explore_every  # drafts pay: keep the estimates fresh
             self._declined, self._rest = 0, self.rest_rounds
@@ -226,10 +231,9 @@ class AdaptivePolicy:
             self._declined, self._resting = 0, self._rest
             self._rest = min(2 * self._rest, self.rest_max)
 
-    def observe(
-        self, drafted: int, accepted: int, seconds: float, next_agreed: bool | None = None
-    ) -> None:
-        self.costs.observe(drafted + 1, seconds)
+    def observe(self, drafted: int, accepted: int, next_agreed: bool | None = None) -> None:
+        """A round verified `drafted` of this source's tokens (the pass's cost is the
+        chooser's to record) and accepted `accepted`."""
         if self._resting:
             self._resting -= 1
         if next_agreed is not None and accepted == drafted:
@@ -248,7 +252,8 @@ class AdaptivePolicy:
 
 
 class Decoder(Protocol):
-    tokens: list[int]
+    @property
+    def tokens(self) -> list[int]: ...
 
     def decode(self, tokens: list[int], *, all_logits: bool = True) -> object: ...
 
@@ -256,17 +261,23 @@ class Decoder(Protocol):
 
 
 def calibrate(
-    model: Decoder, max_batch: int, repeats: int = 3, context: int = 8, all_logits: bool = True
+    model: Decoder,
+    max_batch: int,
+    repeats: int = 3,
+    context: int = 8,
+    all_logits: bool = True,
+    extra: Iterable[int] = (),
 ) -> CostModel:
-    """Measure the model's pass time for batch sizes 1..max_batch (about a second), after
-    `context` tokens (a pass costs more the longer the context: attention), with logits for
-    every position (a verification) or for the last only (a drafter catching up)."""
+    """Measure the model's pass time for batch sizes 1..max_batch and `extra` (about a
+    second for 9 sizes), after `context` tokens (a pass costs more the longer the context:
+    attention), with logits for every position (a verification) or for the last only (a
+    drafter catching up)."""
     base = len(model.tokens)
     filler = 100  # any valid token: only the timing matters
     model.decode([filler] * max(1, context), all_logits=False)  # warm up, with context
     start = len(model.tokens)
     seconds: dict[int, float] = {}
-    for batch in range(1, max_batch + 1):
+    for batch in [*range(1, max_batch + 1), *extra]:
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()

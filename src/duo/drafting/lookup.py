@@ -77,23 +77,46 @@ def _pair_hash(a: Pair, b: Pair) -> Pair:
     return ((a * 0x9E3779B1) ^ b) & ((1 << Bigrams.BITS) - 1)
 
 
-class SuffixDrafts:
-    """Drafts from the cache of earlier requests; adds each request to it when it ends."""
+class SuffixMemory:
+    """The earlier requests of a process: the suffix cache and its bigram filter, shared
+    by every generation's SuffixDrafts (several run at once on a lead with slots)."""
 
     def __init__(self, cache: SuffixCache | None = None) -> None:
         self.cache = cache or SuffixCache()
         self.bigrams = Bigrams()
+
+    def add(self, tokens: Sequence[int]) -> None:
+        self.cache.add(tokens)
+        self.bigrams.add(tokens)
+
+    def forget(self) -> None:
+        """Drop every earlier request (a benchmark's repeat must not find its answers)."""
+        c = self.cache
+        self.cache = SuffixCache(c.max_tokens, c.max_match, c.min_match, c.max_candidates)
+        self.bigrams = Bigrams()
+
+
+class SuffixDrafts:
+    """Drafts from the earlier requests in `memory`; adds the request to it when it ends."""
+
+    def __init__(self, memory: SuffixMemory | None = None) -> None:
+        self.memory = memory or SuffixMemory()
         self._seq: list[int] = []
+
+    @property
+    def cache(self) -> SuffixCache:
+        return self.memory.cache
 
     def begin(self, prompt: Sequence[int]) -> None:
         self._seq = list(prompt)
 
     def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
-        if not self.cache.requests or limit <= 0 or len(committed) < 2:
+        cache = self.memory.cache
+        if not cache.requests or limit <= 0 or len(committed) < 2:
             return []
-        if not self.bigrams.may_hold(committed[-2], committed[-1]):
+        if not self.memory.bigrams.may_hold(committed[-2], committed[-1]):
             return []
-        m = self.cache.lookup(committed[-self.cache.max_match :], limit)
+        m = cache.lookup(committed[-cache.max_match :], limit)
         return [Proposal(SUFFIX, m.tokens, grade(m))] if m else []
 
     def commit(self, start: int, tokens: Sequence[int]) -> None:
@@ -102,15 +125,11 @@ class SuffixDrafts:
 
     def end(self) -> None:
         if self._seq:
-            self.cache.add(self._seq)
-            self.bigrams.add(self._seq)
+            self.memory.add(self._seq)
         self._seq = []
 
     def rest(self, resting: frozenset[str]) -> None:
         pass
 
     def forget(self) -> None:
-        """Drop every earlier request (a benchmark's repeat must not find its answers)."""
-        c = self.cache
-        self.cache = SuffixCache(c.max_tokens, c.max_match, c.min_match, c.max_candidates)
-        self.bigrams = Bigrams()
+        self.memory.forget()

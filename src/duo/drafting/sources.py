@@ -94,3 +94,51 @@ class Sources:
     def rest(self, resting: frozenset[str]) -> None:
         for s in self.sources:
             s.rest(resting)
+
+
+class Shared:
+    """A draft source that follows one sequence at a time (a draft model mirrors one
+    sequence; a back drafts for one session), shared by generations that run at once: it
+    is lent to one of them, and the first to ask once it is free takes it over."""
+
+    def __init__(self, source: DraftSource) -> None:
+        self.source = source
+        self.holder: Lent | None = None
+
+    def lend(self) -> Lent:
+        """A generation's handle on the source: a DraftSource that proposes while held."""
+        return Lent(self)
+
+
+class Lent:
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
+
+    @property
+    def held(self) -> bool:
+        return self.shared.holder is self
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        if self.shared.holder is None:
+            self.shared.holder = self
+            self.shared.source.begin(prompt)
+
+    def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
+        if self.shared.holder is None:  # free again: take it over, from here on
+            self.shared.holder = self
+            self.shared.source.begin(committed)
+            return []
+        return self.shared.source.propose(committed, limit) if self.held else []
+
+    def commit(self, start: int, tokens: Sequence[int]) -> None:
+        if self.held:
+            self.shared.source.commit(start, tokens)
+
+    def end(self) -> None:
+        if self.held:
+            self.shared.source.end()
+            self.shared.holder = None
+
+    def rest(self, resting: frozenset[str]) -> None:
+        if self.held:
+            self.shared.source.rest(resting)

@@ -1,11 +1,13 @@
 """The only module that talks to llama.cpp (through llama-cpp-python's C bindings).
 
-A `Model` owns one llama model and one context (one sequence). It keeps the list of
-tokens whose keys/values sit in its KV cache, so callers can reuse a shared prefix and
-roll back past rejected draft tokens:
+A `Model` owns one llama model and one context with one or more sequences (each with a
+KV cache of its own). It keeps, per sequence, the list of tokens whose keys/values sit in
+its KV cache, so callers can reuse a shared prefix and roll back past rejected draft
+tokens:
 
     model.decode(tokens)  -> logits for each new token (a view, valid until next decode)
     model.truncate(n)     -> forget every KV entry at position >= n
+    model.decode_batch([(seq, tokens), ...])  -> several sequences in one llama_decode
 
 Everything else in duo talks to this small surface, so it can be tested with a fake.
 """
@@ -23,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from duo.core.draft import common_prefix
 from duo.core.sampling import Logits
 from duo.errors import ModelError, PromptTooLong
 
@@ -61,7 +64,9 @@ def _forward_log(level: int, text: bytes, _user: Any) -> None:
 
 
 class Model:
-    """One GGUF model with its own context and KV cache (a single sequence)."""
+    """One GGUF model with its own context: `n_seq` sequences, each with its own KV cache
+    of n_ctx tokens (llama.cpp's non-unified KV: one sequence's attention never sees, nor
+    waits on, another's cells). The single-sequence methods act on sequence 0."""
 
     def __init__(
         self,
@@ -71,6 +76,7 @@ class Model:
         n_threads: int = 1,
         n_gpu_layers: int = 0,
         n_batch: int = 512,
+        n_seq: int = 1,
     ) -> None:
         self.path = Path(path)
         _check_gguf_file(self.path)
@@ -91,10 +97,11 @@ class Model:
 
         n_ctx = min(n_ctx, lib.llama_model_n_ctx_train(self._model)) if n_ctx > 0 else 0
         cparams = lib.llama_context_default_params()
-        cparams.n_ctx = n_ctx
+        cparams.n_ctx = n_ctx * n_seq
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
-        cparams.n_seq_max = 1
+        cparams.n_seq_max = n_seq
+        cparams.kv_unified = False
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
         cparams.no_perf = True
@@ -106,10 +113,11 @@ class Model:
         self._vocab = lib.llama_model_get_vocab(self._model)
         self._mem = lib.llama_get_memory(self._ctx)
         self.n_vocab: int = lib.llama_vocab_n_tokens(self._vocab)
-        self.n_ctx: int = lib.llama_n_ctx(self._ctx)
+        self.n_ctx: int = lib.llama_n_ctx_seq(self._ctx)  # per sequence
         self.n_batch: int = lib.llama_n_batch(self._ctx)  # llama.cpp may lower it to n_ctx
         self.n_threads = n_threads
-        self.tokens: list[int] = []  # the tokens whose KV is in the cache, in order
+        # Per sequence, the tokens whose KV is in the cache, in order.
+        self.seqs: list[list[int]] = [[] for _ in range(n_seq)]
         self._batch = lib.llama_batch_init(self.n_batch, 0, 1)
         self._pieces: dict[int, bytes] = {}
         self._fingerprint: str | None = None
@@ -131,8 +139,13 @@ class Model:
 
     # -- evaluation ------------------------------------------------------------------
 
-    def decode(self, tokens: Sequence[int], *, all_logits: bool = True) -> Logits:
-        """Append `tokens` to the KV cache; return logits of shape (rows, n_vocab).
+    @property
+    def tokens(self) -> list[int]:
+        """The tokens in sequence 0's KV cache."""
+        return self.seqs[0]
+
+    def decode(self, tokens: Sequence[int], *, all_logits: bool = True, seq: int = 0) -> Logits:
+        """Append `tokens` to sequence `seq`'s KV cache; return logits of shape (rows, n_vocab).
 
         With all_logits, one row per token (row i predicts the token after tokens[i]);
         otherwise only the last token's row. The array is a view into llama.cpp's
@@ -140,50 +153,82 @@ class Model:
         """
         if not tokens:
             raise ValueError("decode needs at least one token")
-        if len(self.tokens) + len(tokens) > self.n_ctx:
-            raise PromptTooLong(
-                f"{len(self.tokens) + len(tokens)} tokens do not fit the context of {self.n_ctx}"
-            )
-        lib = self._lib
         rows = 0
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
             last_chunk = start + self.n_batch >= len(tokens)
-            batch = self._batch
-            pos0 = len(self.tokens)
-            for i, token in enumerate(chunk):
-                batch.token[i] = token
-                batch.pos[i] = pos0 + i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = 0
-                batch.logits[i] = all_logits or (last_chunk and i == len(chunk) - 1)
-            batch.n_tokens = len(chunk)
-            status = lib.llama_decode(self._ctx, batch)
-            if status != 0:
-                self.truncate(pos0)
-                raise ModelError(f"llama_decode failed with status {status}")
-            self.tokens.extend(chunk)
+            self._fill([(seq, chunk)], all_logits)
+            self._batch.logits[len(chunk) - 1] = all_logits or last_chunk
+            self._run([(seq, chunk)])
             rows = len(chunk) if all_logits else 1
-        pointer = lib.llama_get_logits(self._ctx)
+        return self._logits(rows)
+
+    def decode_batch(self, parts: Sequence[tuple[int, Sequence[int]]]) -> list[Logits]:
+        """Append tokens to several sequences in one pass, logits for every position:
+        [(seq, tokens), ...] -> one array of rows per part, in order (views, as decode's).
+        The parts' tokens together must fit one batch (n_batch)."""
+        total = sum(len(tokens) for _, tokens in parts)
+        if not 0 < total <= self.n_batch or not all(tokens for _, tokens in parts):
+            raise ValueError(f"a batch holds 1 to {self.n_batch} tokens, none empty")
+        self._fill(parts, True)
+        self._run(parts)
+        logits = self._logits(total)
+        out, row = [], 0
+        for _, tokens in parts:
+            out.append(logits[row : row + len(tokens)])
+            row += len(tokens)
+        return out
+
+    def _fill(self, parts: Sequence[tuple[int, Sequence[int]]], all_logits: bool) -> None:
+        batch, i = self._batch, 0
+        for seq, tokens in parts:
+            known = self.seqs[seq]
+            if len(known) + len(tokens) > self.n_ctx:
+                raise PromptTooLong(
+                    f"{len(known) + len(tokens)} tokens do not fit the context of {self.n_ctx}"
+                )
+            for j, token in enumerate(tokens):
+                batch.token[i] = token
+                batch.pos[i] = len(known) + j
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = seq
+                batch.logits[i] = all_logits
+                i += 1
+        batch.n_tokens = i
+
+    def _run(self, parts: Sequence[tuple[int, Sequence[int]]]) -> None:
+        status = self._lib.llama_decode(self._ctx, self._batch)
+        if status != 0:
+            for seq, _ in parts:  # a failed batch may have left some of its cells
+                self._lib.llama_memory_seq_rm(self._mem, seq, len(self.seqs[seq]), -1)
+            raise ModelError(f"llama_decode failed with status {status}")
+        for seq, tokens in parts:
+            self.seqs[seq].extend(tokens)
+
+    def _logits(self, rows: int) -> Logits:
+        pointer = self._lib.llama_get_logits(self._ctx)
         logits: Logits = np.ctypeslib.as_array(pointer, shape=(rows, self.n_vocab))
         return logits
 
-    def truncate(self, n: int) -> None:
-        """Forget the KV entries at positions >= n."""
-        if n >= len(self.tokens):
+    def truncate(self, n: int, seq: int = 0) -> None:
+        """Forget sequence `seq`'s KV entries at positions >= n."""
+        tokens = self.seqs[seq]
+        if n >= len(tokens):
             return
-        if not self._lib.llama_memory_seq_rm(self._mem, 0, n, -1):
+        if not self._lib.llama_memory_seq_rm(self._mem, seq, n, -1):
             raise ModelError("llama.cpp refused to remove part of the KV cache")
-        del self.tokens[n:]
+        del tokens[n:]
 
-    def reuse_prefix(self, tokens: Sequence[int]) -> int:
-        """Keep the longest KV prefix shared with `tokens`; return its length."""
-        n = 0
-        limit = min(len(self.tokens), len(tokens))
-        while n < limit and self.tokens[n] == tokens[n]:
-            n += 1
-        self.truncate(n)
+    def reuse_prefix(self, tokens: Sequence[int], seq: int = 0) -> int:
+        """Keep the longest KV prefix of sequence `seq` shared with `tokens`; return its
+        length."""
+        n = common_prefix(self.seqs[seq], tokens)
+        self.truncate(n, seq)
         return n
+
+    def sequence(self, seq: int) -> ModelSequence:
+        """Sequence `seq` alone, as a model of one sequence (what the decoding loop takes)."""
+        return ModelSequence(self, seq)
 
     # -- vocabulary ------------------------------------------------------------------
 
@@ -278,6 +323,31 @@ class Model:
         formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
         prompt: str = formatter(messages=list(messages)).prompt  # type: ignore[arg-type]
         return prompt
+
+
+class ModelSequence:
+    """One sequence of a Model with several: decode, truncate and reuse act on it."""
+
+    def __init__(self, model: Model, seq: int) -> None:
+        self.model = model
+        self.seq = seq
+        self.n_ctx = model.n_ctx
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.model.seqs[self.seq]
+
+    def decode(self, tokens: Sequence[int], *, all_logits: bool = True) -> Logits:
+        return self.model.decode(tokens, all_logits=all_logits, seq=self.seq)
+
+    def truncate(self, n: int) -> None:
+        self.model.truncate(n, self.seq)
+
+    def reuse_prefix(self, tokens: Sequence[int]) -> int:
+        return self.model.reuse_prefix(tokens, self.seq)
+
+    def is_eog(self, token: int) -> bool:
+        return self.model.is_eog(token)
 
 
 def _check_gguf_file(path: Path) -> None:

@@ -31,7 +31,8 @@ from duo.channel import protocol
 from duo.channel.endpoint import DrafterEndpoint
 from duo.core.sampling import SamplingParams
 from duo.errors import AuthError, DuoError, GenerationFailed, PromptTooLong, UsageError
-from duo.service.lead import Delta, Done, Failed, Job, Lead
+from duo.service.jobs import Delta, Done, Failed, Job
+from duo.service.lead import Lead
 from duo.service.metrics import Metrics
 from duo.service.openai_format import (
     chat_messages,

@@ -27,7 +27,7 @@ class LeadService:
 def build_lead(config: LeadConfig) -> LeadService:
     """Load the models and wire the engine, the drafter channel and the API together."""
     backs = Backs()
-    session = Session(config.models, config.spec, remote=backs)
+    session = Session(config.models, config.spec, remote=backs, slots=config.parallel)
     try:
         main = session.main
         keys = as_keys(config.api_key)
@@ -35,7 +35,7 @@ def build_lead(config: LeadConfig) -> LeadService:
             backs, n_vocab=main.n_vocab, fingerprint=main.fingerprint, refusal=keys.drafter_refusal
         )
         metrics = Metrics(drafters.wire, lambda: backs.connected, session.local is not None)
-        console = Console(config.color) if config.console else None
+        console = Console(config.color, slots=config.parallel) if config.console else None
         lead = Lead(session, backs, metrics, console)
     except BaseException:
         session.close()

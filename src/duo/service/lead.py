@@ -1,8 +1,8 @@
-"""The lead: generation jobs, run one at a time on the engine thread.
+"""The lead: generation jobs, run on the engine thread (duo.service.jobs) in its slots.
 
-One engine thread owns the main model's context (the Session). Requests take turns: each
-waits for the previous one to finish (concurrent clients wait, never fail), then runs as a
-job whose text streams back as events. A job is cancelled when its consumer goes away.
+One engine thread owns the main model's context (the Session). Requests wait for a free
+slot (concurrent clients wait, never fail), then run as jobs whose text streams back as
+events. A job is cancelled when its consumer goes away.
 """
 
 from __future__ import annotations
@@ -10,21 +10,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import TextIO
 
 from duo.auth import KeySpec
 from duo.channel.backs import Backs
-from duo.core.engine import Finish
-from duo.core.sampling import GREEDY, SamplingParams
-from duo.core.stats import Stats
-from duo.core.text import Chunk, TextStream
-from duo.errors import DuoError, PromptTooLong, UsageError
+from duo.core.text import Chunk
+from duo.errors import PromptTooLong, UsageError
 from duo.service.config import ModelConfig, SpecConfig
+from duo.service.jobs import Delta, Engine, Event, Job, Ticket
 from duo.service.metrics import Metrics
 from duo.service.session import Session
 
@@ -39,36 +35,9 @@ class LeadConfig:
     port: int = 5555  # --port
     api_key: KeySpec = None  # one Bearer key for the API and drafters, or duo.auth.Keys
     max_body: int = 8 * 1024 * 1024  # --max-body: larger request bodies are refused (413)
+    parallel: int = 1  # --parallel / -np: requests decoded together, one slot each
     console: bool = False  # show generations on stdout, accepted draft tokens in green
     color: bool = False
-
-
-@dataclass(frozen=True)
-class Delta:
-    text: str
-
-
-@dataclass(frozen=True)
-class Done:
-    finish_reason: Finish
-    stats: Stats
-
-
-@dataclass(frozen=True)
-class Failed:
-    message: str
-
-
-Event = Delta | Done | Failed
-
-
-@dataclass
-class Job:
-    prompt: list[int]
-    max_tokens: int
-    stops: Sequence[str] = ()
-    sampling: SamplingParams = GREEDY
-    cancelled: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass(frozen=True)
@@ -79,14 +48,20 @@ class ModelInfo:
 
 
 class Console:
-    """The lead's console: each generation as it happens, accepted draft text in green."""
+    """The lead's console: each generation as it happens, accepted draft text in green.
+    With several slots, whole lines, each marked with its slot."""
 
-    def __init__(self, color: bool, out: TextIO | None = None) -> None:
+    def __init__(self, color: bool, out: TextIO | None = None, slots: int = 1) -> None:
         self.color = color
         self.out = out or sys.stdout
+        self.slots = slots
+        self._lines: dict[int, str] = {}
 
-    def show(self, chunk: Chunk | str) -> None:
+    def show(self, slot: int, chunk: Chunk | str) -> None:
         text = chunk if isinstance(chunk, str) else chunk.colored() if self.color else chunk.text
+        if self.slots > 1:
+            *lines, self._lines[slot] = (self._lines.get(slot, "") + text).split("\n")
+            text = "".join(f"[{slot}] {line}\n" for line in lines)
         self.out.write(text)
         self.out.flush()
 
@@ -98,16 +73,18 @@ class Lead:
         self.session = session
         self.backs = backs
         self.metrics = metrics
-        self.console = console
         main = session.main
         self.info = ModelInfo(main.path.stem, main.n_ctx, main.n_vocab)
-        self._engine = ThreadPoolExecutor(1, "engine")
-        self._engine.submit(session.policy).result()  # calibrate on the engine thread
-        self._turn = asyncio.Lock()  # one job at a time; the others wait for their turn
-        self.waiting = 0
+        self.engine = Engine(
+            session,
+            show=console.show if console else None,
+            done=metrics.add,
+            failed=metrics.fail,
+        )
+        metrics.load = lambda: (self.engine.busy, self.engine.queued, self.engine.slots)
 
     def close(self) -> None:
-        self._engine.shutdown(wait=True)
+        self.engine.close()
         self.session.close()
 
     # -- prompts --------------------------------------------------------------------------
@@ -134,83 +111,24 @@ class Lead:
     # -- running jobs ---------------------------------------------------------------------
 
     async def events(self, job: Job) -> AsyncIterator[Event]:
-        """Wait for the job's turn, then stream its events; cancels it if the caller goes
-        away."""
+        """Queue the job for a slot, then stream its events; cancels it if the caller goes
+        away (queued, it never runs; running, it leaves its slot after this round)."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Event] = asyncio.Queue()
 
         def emit(event: Event) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, event)
 
-        self.waiting += 1
+        self.engine.submit(Ticket(job, emit))
         try:
-            await self._turn.acquire()
+            while True:
+                event = await queue.get()
+                yield event
+                if not isinstance(event, Delta):
+                    return
         finally:
-            self.waiting -= 1
-        try:
-            future = loop.run_in_executor(self._engine, self._run, job, emit)
-            try:
-                while True:
-                    event = await queue.get()
-                    yield event
-                    if not isinstance(event, Delta):
-                        return
-            finally:
-                job.cancelled.set()
-                await asyncio.shield(future)
-        finally:
-            self._turn.release()
-
-    def _run(self, job: Job, emit: Callable[[Event], None]) -> None:
-        """On the engine thread: one generation, streamed as text deltas."""
-        stats = Stats()
-        try:
-            finish = self._generate(job, stats, emit)
-            self.metrics.add(stats)
-            log.info(
-                "request: prompt %d tokens (%d ms), generated %d tokens at %.1f tok/s, "
-                "drafted %d, accepted %d, mean acceptance length %.2f, finish %s%s",
-                stats.prompt_tokens,
-                1000 * stats.prefill_seconds,
-                stats.tokens,
-                stats.tokens_per_second,
-                stats.drafted,
-                stats.accepted,
-                stats.mean_acceptance_length,
-                finish,
-                f" (by source: {stats.sources_text()})" if stats.by_source else "",
-            )
-            emit(Done(finish, stats))
-        except DuoError as e:
-            self.metrics.requests_failed += 1
-            emit(Failed(str(e)))
-        except Exception as e:  # never let one request take the lead down
-            self.metrics.requests_failed += 1
-            log.exception("generation failed")
-            emit(Failed(f"internal error: {e}"))
-
-    def _generate(self, job: Job, stats: Stats, emit: Callable[[Event], None]) -> Finish:
-        text = TextStream(self.session.main.piece, job.stops)
-        finish: Finish = "length"
-        for r in self.session.rounds(job.prompt, job.max_tokens, stats, job.sampling):
-            chunk = text.feed(r)
-            if self.console:
-                self.console.show(chunk)
-            if chunk.text:
-                emit(Delta(chunk.text))
-            if text.stopped:
-                finish = "stop"
-                break
-            if r.finish:
-                finish = r.finish
-            if job.cancelled.is_set():
-                break
-        tail = text.finish()
-        if self.console:
-            self.console.show(tail + "\n")
-        if tail:
-            emit(Delta(tail))
-        return finish
+            job.cancelled.set()
+            self.engine.poke()
 
     def health(self) -> dict[str, object]:
         return {
@@ -218,7 +136,9 @@ class Lead:
             "model": self.info.name,
             "drafters": self.backs.connected,
             "local_drafter": self.session.local is not None,
-            "busy": self._turn.locked(),
-            "queued": self.waiting,
+            "busy": self.engine.busy > 0,
+            "slots": self.engine.slots,
+            "slots_busy": self.engine.busy,
+            "queued": self.engine.queued,
             "time": time.time(),
         }

@@ -17,15 +17,24 @@ class Metrics:
     requests: int = 0
     requests_failed: int = 0
     total: Stats = field(default_factory=Stats)  # all finished generations
+    # (busy slots, queued requests, slots) now: set by the lead
+    load: Callable[[], tuple[int, int, int]] = lambda: (0, 0, 1)
 
     def add(self, s: Stats) -> None:
         self.requests += 1
         self.total.merge(s)
 
+    def fail(self) -> None:
+        self.requests_failed += 1
+
     def render(self) -> str:
         t, wire = self.total, self.wire
         wire_bytes = wire.bytes_in + wire.bytes_out
+        busy, queued, slots = self.load()
         rows: list[tuple[str, str, str, float]] = [
+            ("slots", "gauge", "Requests the lead decodes together (--parallel).", slots),
+            ("slots_busy", "gauge", "Slots running a request now.", busy),
+            ("requests_queued", "gauge", "Requests waiting for a free slot.", queued),
             ("requests_total", "counter", "Finished generation requests.", self.requests),
             (
                 "requests_failed_total",

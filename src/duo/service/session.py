@@ -11,8 +11,15 @@ Modes:
 Draft sources (`SpecConfig.spec_types`): the draft model (-md) in this process, n-gram
 lookup in the request's own tokens, the suffix cache of earlier requests, and, for a
 lead, its connected backs (`remote`). Every source proposes each round; in async mode the
-policy verifies the proposal worth the most tokens per second (duo.core.policy.PerSource),
+policy verifies the proposal worth the most tokens per second (duo.core.choice.PerSource),
 in sync mode the longest. The target mode uses none.
+
+Slots: the main model holds `slots` sequences, so a lead can decode several generations
+in one pass (duo.core.engine.step). Each generation gets draft sources of its own: its
+own n-gram index, a view of the suffix cache every generation shares, and a turn with
+the model drafters (the local one and the backs follow one sequence at a time: they serve
+one generation and pass to the next when it ends). Each slot has its own policy; all
+share the measured cost of a pass.
 """
 
 from __future__ import annotations
@@ -22,12 +29,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from duo.core.choice import Chooser, Longest, PerSource
-from duo.core.engine import DraftSource, NoDrafts, Round, generate
-from duo.core.policy import calibrate
+from duo.core.engine import DraftSource, Generation, NoDrafts, Round, run
+from duo.core.policy import CostModel, calibrate
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
-from duo.drafting.lookup import NgramDrafts, SuffixDrafts
-from duo.drafting.sources import Sources, SyncDrafts, ThreadDrafts
+from duo.drafting.lookup import NgramDrafts, SuffixDrafts, SuffixMemory
+from duo.drafting.sources import Shared, Sources, SyncDrafts, ThreadDrafts
 from duo.errors import IncompatibleModels, UsageError
 from duo.llama.backend import Model
 from duo.service.config import ModelConfig, SpecConfig
@@ -46,52 +53,79 @@ class Session:
     """Loaded models plus draft sources and a policy, reusable across generations."""
 
     def __init__(
-        self, models: ModelConfig, spec: SpecConfig, remote: DraftSource | None = None
+        self,
+        models: ModelConfig,
+        spec: SpecConfig,
+        remote: DraftSource | None = None,
+        slots: int = 1,
     ) -> None:
         types = spec.spec_types if spec.mode != "target" else frozenset()
         if types == {"model"} and models.draft is None and remote is None:
             raise UsageError(f"mode {spec.mode} with --spec-type model needs a draft model (-md)")
         self.spec = spec
-        self.main = _load(models.main, models.n_ctx, models.threads, models.n_gpu_layers)
+        self.types = types
+        self.slots = slots
+        self.main = Model(
+            models.main,
+            n_ctx=models.n_ctx,
+            n_threads=models.threads,
+            n_gpu_layers=models.n_gpu_layers,
+            n_seq=slots,
+        )
         self.draft: Model | None = None
         self.local: SyncDrafts | ThreadDrafts | None = None
-        self.suffix = SuffixDrafts() if "suffix" in types else None
-        self._policy: Chooser | None = None
+        self.suffix = SuffixMemory() if "suffix" in types else None
+        self._costs: CostModel | None = None
+        self._policies: dict[int, Chooser] = {}
         try:
             if "model" in types and models.draft is not None:
-                self.draft = _load(
-                    models.draft, self.main.n_ctx, models.draft_threads, models.n_gpu_layers_draft
+                self.draft = Model(
+                    models.draft,
+                    n_ctx=self.main.n_ctx,
+                    n_threads=models.draft_threads,
+                    n_gpu_layers=models.n_gpu_layers_draft,
                 )
                 check_compatible(self.main, self.draft)
                 self.local = _local_drafter(self.draft, spec)
         except BaseException:
             self.close()
             raise
-        free: list[DraftSource] = [NgramDrafts(2, spec.ngram_max)] if "ngram" in types else []
-        if self.suffix is not None:
-            free.append(self.suffix)
         remote = remote if spec.mode != "target" else None
-        sources = [s for s in (*free, self.local, remote) if s is not None]
-        self.drafts: DraftSource = (
-            NoDrafts() if not sources else sources[0] if len(sources) == 1 else Sources(sources)
+        self.shared = [Shared(s) for s in (self.local, remote) if s is not None]
+
+    def drafts(self) -> DraftSource:
+        """The draft sources of one generation: its own n-gram index, the shared suffix
+        cache, and its turn with the model drafters."""
+        sources: list[DraftSource] = []
+        if "ngram" in self.types:
+            sources.append(NgramDrafts(2, self.spec.ngram_max))
+        if self.suffix is not None:
+            sources.append(SuffixDrafts(self.suffix))
+        sources.extend(shared.lend() for shared in self.shared)
+        return NoDrafts() if not sources else sources[0] if len(sources) == 1 else Sources(sources)
+
+    def generation(
+        self, prompt: list[int], max_tokens: int, sampling: SamplingParams = GREEDY, slot: int = 0
+    ) -> Generation:
+        """A generation on sequence `slot` of the main model (not started)."""
+        return Generation(
+            self.main.sequence(slot),
+            prompt,
+            max_tokens=max_tokens,
+            drafts=self.drafts(),
+            draft_max=self.spec.draft_max,
+            sampler=sampling.sampler(),
+            policy=self.policy(slot),
+            min_batch=2 if self.spec.deterministic else 1,
         )
 
     def rounds(
         self, prompt: list[int], max_tokens: int, stats: Stats, sampling: SamplingParams = GREEDY
     ) -> Iterator[Round]:
         """Generate on the calling thread (pinned to the main cores, if any), round by round."""
+        g = self.generation(prompt, max_tokens, sampling)
         with pinned(self.spec.main_cores):
-            for r in generate(
-                self.main,
-                prompt,
-                max_tokens=max_tokens,
-                drafts=self.drafts,
-                draft_max=self.spec.draft_max,
-                sampler=sampling.sampler(),
-                policy=self.policy(),
-                on_prefill=stats.add_prefill,
-                min_batch=2 if self.spec.deterministic else 1,
-            ):
+            for r in run(g.main, g, stats.add_prefill):
                 stats.add(r)
                 yield r
 
@@ -113,16 +147,23 @@ class Session:
         """The prompt of a chat, through the main model's own chat template."""
         return self.main.tokenize(self.main.render_chat(messages), add_special=False)
 
-    def policy(self) -> Chooser:
+    def policy(self, slot: int = 0) -> Chooser:
         """Async verifies what is worth it, per source (the main model's costs measured on
         first use, on the calling thread: call it where generation runs); sync verifies
-        the longest proposal whole, as classic speculative decoding does."""
-        if self._policy is None:
+        the longest proposal whole, as classic speculative decoding does. Each slot has
+        its own policy (its own streaks and rests); all share the cost model."""
+        if slot not in self._policies:
             adaptive = self.spec.mode == "async" and self.spec.adaptive
-            self._policy = (
-                PerSource(calibrate(self.main, self.spec.draft_max + 1)) if adaptive else Longest()
-            )
-        return self._policy
+            self._policies[slot] = PerSource(self.costs()) if adaptive else Longest()
+        return self._policies[slot]
+
+    def costs(self) -> CostModel:
+        """The main model's pass times by batch size, measured once: every size up to
+        one slot's largest round, then whole multiples of it up to every slot's."""
+        if self._costs is None:
+            k = self.spec.draft_max + 1
+            self._costs = calibrate(self.main, k, extra=range(2 * k, self.slots * k + 1, k))
+        return self._costs
 
     def forget(self) -> None:
         """Forget earlier requests (the suffix cache): a benchmark's repeat starts afresh."""
@@ -141,10 +182,6 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _load(path: os.PathLike[str], n_ctx: int, threads: int, n_gpu_layers: int) -> Model:
-    return Model(path, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=n_gpu_layers)
 
 
 def _local_drafter(draft: Model, spec: SpecConfig) -> SyncDrafts | ThreadDrafts:

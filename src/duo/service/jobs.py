@@ -1,0 +1,255 @@
+"""The lead's engine: one thread that owns the main model and runs every request on it.
+
+The main model holds one sequence per slot (`duo lead --parallel N`, llama.cpp's -np).
+A request waits in the queue until a slot is free, then takes the free slot whose KV
+cache shares the longest prefix with its prompt (as llama-server picks), evaluates its
+prompt, and from then on every running request advances together: one pass of the main
+model per round holds each one's last token and chosen draft (duo.core.engine.step).
+A request that fails, stops or is cancelled leaves its slot without disturbing the
+others. Its text streams back as events through `emit`, which must be thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from duo.core.draft import common_prefix
+from duo.core.engine import Finish, Generation, Round, step
+from duo.core.sampling import GREEDY, SamplingParams
+from duo.core.stats import Stats
+from duo.core.text import Chunk, TextStream
+from duo.errors import DuoError
+from duo.service.session import Session, pinned
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Job:
+    prompt: list[int]
+    max_tokens: int
+    stops: Sequence[str] = ()
+    sampling: SamplingParams = GREEDY
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class Delta:
+    text: str
+
+
+@dataclass(frozen=True)
+class Done:
+    finish_reason: Finish
+    stats: Stats
+
+
+@dataclass(frozen=True)
+class Failed:
+    message: str
+
+
+Event = Delta | Done | Failed
+
+
+@dataclass(eq=False)
+class Ticket:
+    """A job and where its events go."""
+
+    job: Job
+    emit: Callable[[Event], None]
+
+
+@dataclass(eq=False)
+class Running:
+    """A job in a slot: its generation, text and statistics."""
+
+    ticket: Ticket
+    slot: int
+    gen: Generation
+    text: TextStream
+    stats: Stats = field(default_factory=Stats)
+
+
+class Engine:
+    """The engine thread and its slots. `show(slot, chunk)` sees each request's text as it
+    is generated (the console), and `done(stats)` / `failed()` each finished request."""
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        show: Callable[[int, Chunk | str], None] | None = None,
+        done: Callable[[Stats], None] | None = None,
+        failed: Callable[[], None] | None = None,
+    ) -> None:
+        self.session = session
+        self.slots = session.slots
+        self._show = show
+        self._done = done
+        self._failed = failed
+        self._queue: deque[Ticket] = deque()
+        self._running: dict[int, Running] = {}  # by slot; the engine thread's alone
+        self._wake = threading.Condition()
+        self._closing = False
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="engine", daemon=True)
+        self._thread.start()
+        self._started.wait()
+        if self._error is not None:
+            raise self._error
+
+    @property
+    def busy(self) -> int:
+        return len(self._running)
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    def submit(self, ticket: Ticket) -> None:
+        with self._wake:
+            self._queue.append(ticket)
+            self._wake.notify()
+
+    def poke(self) -> None:
+        """Something changed (a job was cancelled): look again now."""
+        with self._wake:
+            self._wake.notify()
+
+    def close(self) -> None:
+        with self._wake:
+            self._closing = True
+            self._wake.notify()
+        self._thread.join()
+
+    # -- on the engine thread -------------------------------------------------------------
+
+    def _main(self) -> None:
+        with pinned(self.session.spec.main_cores):
+            try:
+                self.session.policy()  # calibrate here, where generation runs
+            except BaseException as e:
+                self._error = e
+                return
+            finally:
+                self._started.set()
+            while self._next():
+                self._round()
+        for running in list(self._running.values()):
+            self._end(running, None)
+
+    def _next(self) -> bool:
+        """Wait for work, start what the free slots can take; False when closing."""
+        with self._wake:
+            while not self._closing and not self._queue and not self._running:
+                self._wake.wait()
+            if self._closing:
+                return False
+            starting: list[Ticket] = []
+            while self._queue and len(self._running) + len(starting) < self.slots:
+                ticket = self._queue.popleft()
+                if not ticket.job.cancelled.is_set():  # nobody waits for it any more
+                    starting.append(ticket)
+        for ticket in starting:
+            self._start(ticket)
+        return True
+
+    def _start(self, ticket: Ticket) -> None:
+        job = ticket.job
+        slot = self._pick_slot(job.prompt)
+        try:
+            gen = self.session.generation(job.prompt, job.max_tokens, job.sampling, slot)
+        except Exception as e:
+            self._fail(ticket, e)
+            return
+        running = Running(ticket, slot, gen, TextStream(self.session.main.piece, job.stops))
+        self._running[slot] = running
+        try:
+            running.stats.add_prefill(gen.start())
+        except Exception as e:
+            self._end(running, e)
+
+    def _pick_slot(self, prompt: list[int]) -> int:
+        """The free slot whose cached tokens share the longest prefix with the prompt."""
+        seqs = self.session.main.seqs
+        free = [s for s in range(self.slots) if s not in self._running]
+        return max(free, key=lambda s: common_prefix(seqs[s], prompt))
+
+    def _round(self) -> None:
+        for running in [r for r in self._running.values() if r.ticket.job.cancelled.is_set()]:
+            self._end(running, "length")
+        if not self._running:
+            return
+        order = sorted(self._running.values(), key=lambda r: r.slot)
+        try:
+            results = step(self.session.main, [(r.slot, r.gen) for r in order])
+        except Exception as e:  # the pass itself failed: every request in it fails
+            for running in order:
+                self._end(running, e)
+            return
+        for running, result in zip(order, results, strict=True):
+            if isinstance(result, Exception):
+                self._end(running, result)
+            else:
+                self._advance(running, result)
+
+    def _advance(self, running: Running, r: Round) -> None:
+        running.stats.add(r)
+        chunk = running.text.feed(r)
+        if self._show:
+            self._show(running.slot, chunk)
+        if chunk.text:
+            running.ticket.emit(Delta(chunk.text))
+        if running.text.stopped:
+            self._end(running, "stop")
+        elif r.finish:
+            self._end(running, r.finish)
+
+    def _end(self, running: Running, outcome: Finish | Exception | None) -> None:
+        """The request leaves its slot: finished (`Finish`), failed, or shut down (None)."""
+        del self._running[running.slot]
+        try:
+            running.gen.end()
+        except Exception:
+            log.exception("a draft source failed to end a generation")
+        if isinstance(outcome, Exception) or outcome is None:
+            self._fail(running.ticket, outcome or DuoError("the lead is shutting down"))
+            return
+        tail = running.text.finish()
+        if self._show:
+            self._show(running.slot, tail + "\n")
+        if tail:
+            running.ticket.emit(Delta(tail))
+        stats = running.stats
+        if self._done:
+            self._done(stats)
+        log.info(
+            "request%s: prompt %d tokens (%d ms), generated %d tokens at %.1f tok/s, "
+            "drafted %d, accepted %d, mean acceptance length %.2f, finish %s%s",
+            f" (slot {running.slot})" if self.slots > 1 else "",
+            stats.prompt_tokens,
+            1000 * stats.prefill_seconds,
+            stats.tokens,
+            stats.tokens_per_second,
+            stats.drafted,
+            stats.accepted,
+            stats.mean_acceptance_length,
+            outcome,
+            f" (by source: {stats.sources_text()})" if stats.by_source else "",
+        )
+        running.ticket.emit(Done(outcome, stats))
+
+    def _fail(self, ticket: Ticket, e: Exception) -> None:
+        if self._failed:
+            self._failed()
+        if isinstance(e, DuoError):
+            ticket.emit(Failed(str(e)))
+        else:  # never let one request take the lead down
+            log.error("generation failed", exc_info=e)
+            ticket.emit(Failed(f"internal error: {e}"))

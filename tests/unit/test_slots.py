@@ -1,0 +1,124 @@
+"""Several generations in one pass (duo.core.engine.step): each is what it is alone."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+import numpy as np
+
+from duo.core.choice import PerSource
+from duo.core.engine import Generation, Round, step
+from duo.core.policy import CostModel
+from duo.core.sampling import SamplingParams
+from duo.drafting.lookup import NgramDrafts
+from duo.drafting.sources import Shared, Sources, SyncDrafts
+from duo.llama.backend import Model
+from tests.unit.fakes import FakeBatchModel, FakeModel, corrupted, reference, table_model
+
+PROMPTS = [[1, 2, 3], [4, 4, 4, 4], [9], [5, 6, 5, 6, 5]]
+
+
+def test_generations_in_one_pass_are_each_the_main_model_alone() -> None:
+    """Four generations of different lengths with n-gram lookups and one model drafter
+    they take turns with: every output is the main model's, passes hold several
+    generations at once, and each generation leaves when its budget is spent."""
+    table = table_model(7)
+    seqs = [FakeModel(table) for _ in PROMPTS]
+    main = FakeBatchModel(seqs)
+    drafter = Shared(SyncDrafts(cast(Model, FakeModel(corrupted(table, 0.2, 1)))))
+    costs = CostModel({1: 1.0, 9: 1.2, 36: 2.0})
+    gens = []
+    for seq, prompt in enumerate(PROMPTS):
+        g = Generation(
+            seqs[seq],
+            prompt,
+            max_tokens=20 + 10 * seq,
+            drafts=Sources([NgramDrafts(2, 4), drafter.lend()]),
+            policy=PerSource(costs),
+        )
+        g.start()
+        gens.append((seq, g))
+    out: dict[int, list[int]] = {seq: [] for seq in range(len(PROMPTS))}
+    sources: set[str | None] = set()
+    while gens:
+        results = step(main, gens)
+        for (seq, _), r in zip(gens, results, strict=True):
+            assert isinstance(r, Round)
+            out[seq].extend(r.tokens)
+            sources.add(r.source)
+        for _, g in [x for x in gens if x[1].finish]:
+            g.end()
+        gens = [x for x in gens if not x[1].finish]
+    for seq, prompt in enumerate(PROMPTS):
+        assert out[seq] == reference(table, prompt, 20 + 10 * seq)
+    assert max(len(p) for p in main.passes) == len(PROMPTS)
+    assert {"model", "ngram"} <= sources  # the model drafter served, and passed on
+    assert drafter.holder is None
+
+
+class Failing:
+    def sample(self, logits: np.ndarray, history: Sequence[int]) -> int:
+        raise RuntimeError("broken sampler")
+
+
+def test_one_generation_failing_leaves_the_others_alone() -> None:
+    table = table_model(2)
+    seqs = [FakeModel(table) for _ in range(2)]
+    main = FakeBatchModel(seqs)
+    good = Generation(seqs[0], [1, 2], max_tokens=12)
+    bad = Generation(seqs[1], [3, 4], max_tokens=12, sampler=Failing())
+    good.start()
+    bad.start()
+    first = step(main, [(0, good), (1, bad)])
+    assert isinstance(first[0], Round) and isinstance(first[1], RuntimeError)
+    out = list(first[0].tokens)
+    while not good.finish:
+        [r] = step(main, [(0, good)])
+        assert isinstance(r, Round)
+        out.extend(r.tokens)
+    assert out == reference(table, [1, 2], 12)
+
+
+def test_a_full_batch_makes_drafts_worth_less() -> None:
+    """On hardware where a pass's cost grows with its tokens, a draft the policy verifies
+    alone is skipped when the pass already holds many tokens of other generations."""
+    costs = CostModel({1: 1.0, 2: 1.05, 5: 1.2, 9: 1.5, 32: 4.0, 40: 6.0})
+    from duo.core.choice import ALONE, Base
+    from duo.core.draft import Proposal
+
+    offered = [Proposal("ngram", (1, 2, 3, 4), 2)]
+    alone = PerSource(costs).choose(offered, ALONE)
+    crowded = PerSource(costs).choose(offered, Base(31.0, 31))
+    assert alone.n > 0 and crowded.n < alone.n
+
+
+def test_seeded_sampling_is_per_generation() -> None:
+    """Each generation draws from its own random stream: side by side or alone, the same."""
+    table = table_model(4)
+    params = SamplingParams(temperature=1.0, seed=11, top_k=0, top_p=1.0, min_p=0.0)
+
+    def alone(prompt: list[int]) -> list[int]:
+        m = FakeModel(table, soft=True)
+        g = Generation(m, prompt, max_tokens=15, sampler=params.sampler())
+        g.start()
+        out = []
+        while not g.finish:
+            out.extend(g.settle(m.decode(g.plan()), 0.0, 1).tokens)
+        return out
+
+    seqs = [FakeModel(table, soft=True) for _ in range(2)]
+    main = FakeBatchModel(seqs)
+    gens = [
+        (i, Generation(seqs[i], p, max_tokens=15, sampler=params.sampler()))
+        for i, p in enumerate(([1, 2], [3, 3]))
+    ]
+    outs: list[list[int]] = [[], []]
+    for _, g in gens:
+        g.start()
+    while any(not g.finish for _, g in gens):
+        live = [(i, g) for i, g in gens if not g.finish]
+        for (i, _), r in zip(live, step(main, live), strict=True):
+            assert isinstance(r, Round)
+            outs[i].extend(r.tokens)
+    assert outs == [alone([1, 2]), alone([3, 3])]
