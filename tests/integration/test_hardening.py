@@ -276,7 +276,8 @@ def test_an_abandoned_running_request_stops(lead: str) -> None:
     ttft, generated = time_to_first_token(lead, "a, b, c,", 4, timeout=300)
     first_tokens = metric(lead, "duo_tokens_generated_total") - tokens - generated
     assert metric(lead, "duo_requests_total") - requests == 2
-    assert 0 < first_tokens < LONG / 2, f"the abandoned request generated {first_tokens} tokens"
+    # Started (counted as a request), then stopped early: maybe before its first round.
+    assert first_tokens < LONG / 2, f"the abandoned request generated {first_tokens} tokens"
     # It was cut short: the next client waited far less than the abandoned request needed.
     rate = (first_tokens + generated) / (metric(lead, "duo_decode_seconds_total") - decode)
     full = LONG / rate

@@ -5,7 +5,7 @@ replayed through the simulator in duo.sim.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +14,7 @@ from duo.bench.sim import (
     SIM_MODES,
     Trace,
     simulate,
+    simulate_clients,
     simulate_free,
     simulate_sync,
     simulate_target,
@@ -152,6 +153,36 @@ def seeds_table(rows: list[SeedProjection]) -> str:
             f"| {r.sync:.2f} | {r.duo:.2f} | {_num(s.reported_duo)} | {error} | {_num(r.free)} |"
         )
     return "\n".join(lines)
+
+
+def clients_table(
+    profiles: Sequence[DeviceProfile],
+    counts: Sequence[int],
+    free: tuple[list[list[int]], float, float] | None,
+) -> tuple[str, list[dict[str, Any]]]:
+    """Markdown: aggregate tok/s of c clients decoded together (duo lead --parallel),
+    the main model alone and with free drafters, per profile; and the rows as data."""
+    lines = [
+        "| profile | clients | main alone (sim) | x 1 client | free drafters (sim) | x 1 client |",
+        "|---|---|---|---|---|---|",
+    ]
+    rows: list[dict[str, Any]] = []
+    for p in profiles:
+        base = {"plain": 0.0, "free": 0.0}
+        for c in counts:
+            plain = simulate_clients([], p, c, 0.0).tokens_per_second
+            with_free = (
+                None if free is None else simulate_clients(free[0], p, c, free[1]).tokens_per_second
+            )
+            if c == counts[0]:
+                base = {"plain": plain, "free": with_free or 0.0}
+            rows.append({"profile": p.name, "clients": c, "plain": plain, "free": with_free})
+            scale_free = "—" if with_free is None else f"{with_free / base['free']:.2f}x"
+            lines.append(
+                f"| {p.name} | {c} | {plain:.1f} | {plain / base['plain']:.2f}x "
+                f"| {_num(with_free)} | {scale_free} |"
+            )
+    return "\n".join(lines), rows
 
 
 def _num(v: float | None) -> str:

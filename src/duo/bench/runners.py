@@ -106,15 +106,15 @@ class _FirstRound:
             self.seconds = time.perf_counter() - self.t0
 
 
-def _cores(cores: frozenset[int] | None, unpinned: str) -> str:
+def cores_text(cores: frozenset[int] | None, unpinned: str) -> str:
     """A core set as `--pin`/`--devices` write it ("0,1"), or `unpinned`."""
     return ",".join(map(str, sorted(cores))) if cores else unpinned
 
 
 def _devices(spec: SpecConfig, models: ModelConfig) -> str:
-    text = f"main: cores {_cores(spec.main_cores, 'all')} x{models.threads}t"
+    text = f"main: cores {cores_text(spec.main_cores, 'all')} x{models.threads}t"
     if spec.mode != "target" and models.draft is not None and "model" in spec.spec_types:
-        text += f"; draft: cores {_cores(spec.draft_cores, 'all')} x{models.draft_threads}t"
+        text += f"; draft: cores {cores_text(spec.draft_cores, 'all')} x{models.draft_threads}t"
     return text
 
 
@@ -138,8 +138,8 @@ class LeadBack(Runner):
         self.devices = _devices(spec, models) + " (2 processes)"
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        pin_main = _cores(spec.main_cores, "")
-        pin_draft = _cores(spec.draft_cores, "")
+        pin_main = cores_text(spec.main_cores, "")
+        pin_draft = cores_text(spec.draft_cores, "")
         lead_cmd = [
             sys.executable, "-m", "duo", "lead", "-m", str(models.main), "--port", str(port),
             "--quiet", "--draft", str(spec.draft_max), "-t", str(models.threads),
@@ -157,12 +157,12 @@ class LeadBack(Runner):
             back_cmd += ["--pin", pin_draft]
         self.procs = [_quiet(lead_cmd)]
         try:
-            _wait(
+            wait_ready(
                 lambda: httpx.get(f"{url}/health", timeout=2).json()["status"] == "ok",
                 self.procs[0],
             )
             self.procs.append(_quiet(back_cmd))
-            _wait(
+            wait_ready(
                 lambda: httpx.get(f"{url}/health", timeout=2).json()["drafters"] > 0, self.procs[1]
             )
             self.client = httpx.Client(base_url=url, timeout=600)
@@ -240,7 +240,7 @@ class LlamaCpp(Runner):
             "spec+ngram": Peer("draft-simple,ngram-mod", True, both, models.threads),
         }.get(kind, Peer(kind, False, None, every))
         models_on = "main + draft, one process" if self.peer.drafted else "main"
-        cores = _cores(self.peer.cores, "all")
+        cores = cores_text(self.peer.cores, "all")
         self.devices = f"{models_on}: cores {cores} x{self.peer.threads}t (llama.cpp)"
 
     def one(self, i: int) -> tuple[Stats, float]:
@@ -346,7 +346,7 @@ def _wire_bytes(client: httpx.Client) -> int:
     return total
 
 
-def _wait(predicate: Any, proc: subprocess.Popen[bytes], timeout: float = 180) -> None:
+def wait_ready(predicate: Any, proc: subprocess.Popen[bytes], timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -42,6 +42,12 @@ Modelling assumptions (each one is a simplification of the real engine):
    not re-decided for the profile.
 7. Several generations are simulated as one long one: prefill, the first rounds of each
    generation and the shorter drafts at the end of each are not modelled.
+8. Concurrent clients (`duo lead --parallel`): c generations share every main pass, whose
+   batch holds each one's last token and its draft (free drafters: the free-1 rounds,
+   each client starting at another place in them). A round costs main_ms of the whole
+   batch plus the lead's time per round for each client; the drafts verified are those
+   measured alone (the lead's policy verifies less of them in a large batch, so this errs
+   towards too much drafting where batches are dear).
 """
 
 from __future__ import annotations
@@ -165,6 +171,22 @@ def simulate_free(
     for drafted, accepted in rounds:
         result.ms += profile.main_ms(int(drafted) + 1) + overhead_ms
         result.add_round(int(drafted), int(accepted))
+    return result
+
+
+def simulate_clients(
+    rounds: Sequence[Sequence[int]], profile: DeviceProfile, clients: int, overhead_ms: float
+) -> SimResult:
+    """`clients` generations decoded together, replaying the recorded free-drafter rounds
+    (none: the main model alone, one token each per pass) (assumption 8)."""
+    rounds = list(rounds) or [(0, 0)]
+    n = len(rounds)
+    result = SimResult(f"{clients} clients")
+    for i in range(n):
+        here = [rounds[(i + j * n // clients) % n] for j in range(clients)]
+        result.ms += profile.main_ms(sum(1 + int(d) for d, _ in here)) + clients * overhead_ms
+        for drafted, accepted in here:
+            result.add_round(int(drafted), int(accepted))
     return result
 
 

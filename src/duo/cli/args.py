@@ -197,3 +197,13 @@ def add_rpc_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> No
         metavar="HOST:PORT[,...]",
         help="put the layers given by -ngl on these `duo rpc-server`s (llama.cpp RPC)",
     )
+
+
+def client_counts(text: str) -> list[int]:
+    try:
+        counts = sorted({int(c) for c in text.split(",")})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected counts like 1,2,4, got {text!r}") from None
+    if not counts or counts[0] < 1 or counts[-1] > 64:
+        raise argparse.ArgumentTypeError("client counts must be between 1 and 64")
+    return counts

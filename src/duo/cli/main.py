@@ -12,6 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from duo import __version__
+from duo.bench.clients import SERVERS
+from duo.bench.runners import Prompt
 from duo.bench.suite import MODES as BENCH_MODES
 from duo.bench.suite import PEER_MODES
 from duo.cli.args import (
@@ -19,6 +21,7 @@ from duo.cli.args import (
     add_rpc_arg,
     add_sampling_args,
     add_spec_args,
+    client_counts,
     model_config,
     positive,
     sampling_params,
@@ -162,6 +165,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         adaptive=args.policy == "adaptive",
     )
     models = model_config(args, need_draft=True)
+    if args.clients:
+        return _bench_clients(args, models, spec, prompts)
     modes = list(args.modes)
     if args.modes == list(BENCH_MODES) and (
         args.llama_cpp_bin or shutil.which("llama-speculative-simple")
@@ -187,6 +192,33 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from duo.bench.plot import plot
 
         plot(report, Path(args.plot))
+    return 0
+
+
+def _bench_clients(
+    args: argparse.Namespace, models: ModelConfig, spec: SpecConfig, prompts: list[Prompt]
+) -> int:
+    from duo.bench import clients
+
+    servers = args.servers or [
+        s for s in SERVERS if not s.startswith("llama-server") or args.llama_cpp_bin
+    ]
+    report = clients.run(
+        models,
+        spec,
+        servers,
+        prompts,
+        args.clients,
+        args.n_predict,
+        args.repeat,
+        sampling_params(args),
+        args.llama_cpp_bin,
+        log=lambda msg: print(f"\r\x1b[K{msg}", end="", file=sys.stderr, flush=True),
+    )
+    print(file=sys.stderr)
+    print(report.table())
+    if args.json:
+        Path(args.json).write_text(report.to_json())
     return 0
 
 
@@ -285,6 +317,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--json", metavar="OUT", help="write the report as JSON")
     g.add_argument("--plot", metavar="OUT.png", help="draw the report (needs matplotlib)")
+    g.add_argument(
+        "--clients",
+        type=client_counts,
+        metavar="1,2,4",
+        help="instead of the modes: concurrent clients against servers with that many "
+        "slots (aggregate tok/s, time to first token, gaps between streamed chunks)",
+    )
+    g.add_argument(
+        "--servers",
+        nargs="+",
+        choices=SERVERS,
+        help="servers for --clients (default: duo's, and llama-server's with --llama-cpp-bin)",
+    )
     add_sampling_args(bench, temperature=0.0, stops=False)
     bench.set_defaults(func=cmd_bench)
 

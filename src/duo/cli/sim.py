@@ -13,13 +13,14 @@ from duo.bench.profiles import SEEDS, DeviceProfile, bench_profile, seed_profile
 from duo.bench.projections import (
     bench_table,
     bench_trace,
+    clients_table,
     free_rounds,
     project_bench,
     project_seeds,
     seeds_table,
 )
 from duo.bench.sim import check_k
-from duo.cli.args import positive
+from duo.cli.args import client_counts, positive
 from duo.errors import UsageError
 
 
@@ -43,6 +44,13 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     p.add_argument("--k", type=positive, help="draft tokens per round (default: the bench's)")
     p.add_argument("--policy", choices=("adaptive", "fixed"), help="default: the bench's")
     p.add_argument("--max-ahead", type=positive, metavar="N", help="default: the bench's")
+    p.add_argument(
+        "--clients",
+        type=client_counts,
+        metavar="1,2,4",
+        help="instead: aggregate tok/s of that many clients decoded together (duo lead "
+        "--parallel), the main model alone and with the bench's free-drafter rounds",
+    )
     p.add_argument("--json", metavar="OUT", help="write the projections as JSON")
     p.set_defaults(func=cmd_sim)
 
@@ -61,7 +69,15 @@ def cmd_sim(args: argparse.Namespace) -> int:
         f"(acceptance rate {accept:.2f}); k={k}, max_ahead={max_ahead}, policy={policy}"
     )
     out: dict[str, Any] = {"bench": args.bench, "k": k, "max_ahead": max_ahead, "policy": policy}
-    if args.profile == "seeds":
+    if args.clients:
+        profiles = (
+            [s.profile for s in SEEDS]
+            if args.profile == "seeds"
+            else [_profile(args.profile, report)]
+        )
+        table, out["clients"] = clients_table(profiles, args.clients, free_rounds(report))
+        print(table)
+    elif args.profile == "seeds":
         print("acceptance on the seed hardware: this machine's pair (above), not the seeds' models")
         seeds = project_seeds(
             trace, k=k, max_ahead=max_ahead, policy=policy, free=free_rounds(report)

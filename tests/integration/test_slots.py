@@ -1,0 +1,108 @@
+"""Parallel slots (duo lead --parallel N) as real processes: requests decoded together
+give what the same requests give one at a time, and one request's end leaves the others
+alone."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from .conftest import Cluster, health, wait_until
+
+pytestmark = pytest.mark.integration
+
+# (prompt, sampling): greedy and seeded requests side by side.
+REQUESTS: list[tuple[str, dict[str, Any]]] = [
+    ("Write a poem about autumn.", {"temperature": 0}),
+    ("List the planets of the solar system.", {"temperature": 0.9, "seed": 7}),
+    ("Count from one to twenty in words.", {"temperature": 0}),
+    ("Describe a cat in three sentences.", {"temperature": 0.9, "seed": 123}),
+    ("Write a haiku about the sea.", {"temperature": 0.7, "seed": 5}),
+    ("Explain what a CPU does.", {"temperature": 0}),
+]
+N = 48
+
+
+def ask(url: str, prompt: str, sampling: dict[str, Any]) -> tuple[str, str]:
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=300)
+    r = client.chat.completions.create(
+        model="duo", messages=[{"role": "user", "content": prompt}], max_tokens=N, **sampling
+    )
+    return r.choices[0].message.content or "", r.choices[0].finish_reason
+
+
+def together(calls: list[Callable[[], Any]]) -> list[Any]:
+    results: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        results[i] = calls[i]()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    return results
+
+
+def watch_busy(url: str, stop: threading.Event, seen: list[dict[str, Any]]) -> None:
+    while not stop.is_set():
+        seen.append(health(url))
+        time.sleep(0.05)
+
+
+def test_requests_together_equal_one_at_a_time(cluster: Cluster) -> None:
+    """Six requests on four slots, with a back and the free drafters, against the main
+    model alone serving them one by one: bit for bit the same under --deterministic."""
+    _, alone = cluster.lead("--spec-type", "none", "--deterministic", "--quiet")
+    expected = [ask(alone, prompt, sampling) for prompt, sampling in REQUESTS]
+
+    _, url = cluster.lead("--parallel", "4", "--deterministic", "--quiet")
+    cluster.back(url)
+    stop, seen = threading.Event(), []
+    watcher = threading.Thread(target=watch_busy, args=(url, stop, seen))
+    watcher.start()
+    try:
+        got = together([lambda p=p, s=s: ask(url, p, s) for p, s in REQUESTS])
+    finally:
+        stop.set()
+        watcher.join()
+    assert got == expected
+    assert max(h["slots_busy"] for h in seen) == 4  # decoded together...
+    assert max(h["queued"] for h in seen) >= 1  # ...and the rest waited for a slot
+    assert {h["slots"] for h in seen} == {4}
+    wait_until(lambda: health(url)["slots_busy"] == 0, 30, "slots free again")
+
+
+def test_a_cancelled_request_leaves_the_others_alone(cluster: Cluster) -> None:
+    _, url = cluster.lead("--parallel", "3", "--quiet")
+    prompts = [prompt for prompt, _ in REQUESTS[:2]]
+    greedy = {"temperature": 0}
+    expected = [ask(url, p, greedy) for p in prompts]
+
+    def abandon() -> int:
+        """Stream a long request and walk away after a few chunks."""
+        body = {
+            "messages": [{"role": "user", "content": "Tell me a long story."}],
+            "max_tokens": 2000,
+            "stream": True,
+        }
+        chunks = 0
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as r:
+            for line in r.iter_lines():
+                chunks += line.startswith("data: ")
+                if chunks == 5:
+                    break
+        return chunks
+
+    results = together([abandon, *[lambda p=p: ask(url, p, greedy) for p in prompts]])
+    assert results[0] == 5
+    assert results[1:] == expected
+    wait_until(lambda: health(url)["slots_busy"] == 0, 30, "the abandoned slot freed")
+    assert ask(url, prompts[0], greedy) == expected[0]
