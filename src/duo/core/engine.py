@@ -1,11 +1,14 @@
 """The lead's decoding loop: one verification round at a time, never waiting for drafts.
 
-Per round: take the proposals ready that continue the committed tokens (possibly none),
-let the policy choose which one and how much of it to verify, evaluate [last committed]
-+ draft in one batch with logits for every position, sample-and-compare (duo.verify),
-commit the accepted tokens plus the correction or bonus, roll the main KV back past what
-was rejected, and tell the draft sources what was committed. The loop is synchronous and
-does no I/O: the CLI, the in-process async mode and the lead service all drive it.
+Per round (a Generation's plan, then settle): take the proposals ready that continue the
+committed tokens (possibly none), let the policy choose which one and how much of it to
+verify, evaluate [last committed] + draft in one batch with logits for every position,
+sample-and-compare (duo.verify), commit the accepted tokens plus the correction or bonus,
+roll the main KV back past what was rejected, and tell the draft sources what was
+committed. `generate` runs one generation alone; `step` runs one round of several, each
+on its own sequence of the main model, in a single pass (the lead's parallel slots). The
+loop is synchronous and does no I/O: the CLI, the in-process async mode and the lead
+service all drive it.
 """
 
 from __future__ import annotations
