@@ -117,9 +117,11 @@ class Engine:
             self._queue.append(ticket)
             self._wake.notify()
 
-    def poke(self) -> None:
-        """Something changed (a job was cancelled): look again now."""
+    def cancelled(self) -> None:
+        """A job was cancelled: if it is queued, it leaves the queue now; if it runs, it
+        leaves its slot after this round."""
         with self._wake:
+            self._queue = deque(t for t in self._queue if not t.job.cancelled.is_set())
             self._wake.notify()
 
     def close(self) -> None:

@@ -128,7 +128,7 @@ class Lead:
                     return
         finally:
             job.cancelled.set()
-            self.engine.poke()
+            self.engine.cancelled()
 
     def health(self) -> dict[str, object]:
         return {
