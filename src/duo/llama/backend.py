@@ -121,6 +121,8 @@ class Model:
         self._batch = lib.llama_batch_init(self.n_batch, 0, 1)
         self._pieces: dict[int, bytes] = {}
         self._fingerprint: str | None = None
+        self._logits_address: int | None = None
+        self._logits_view: Logits = np.empty((0, self.n_vocab), dtype=np.float32)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -206,9 +208,17 @@ class Model:
             self.seqs[seq].extend(tokens)
 
     def _logits(self, rows: int) -> Logits:
+        """The first `rows` rows of llama.cpp's logits buffer, as a view. Making a view
+        costs tens of microseconds (numpy builds a ctypes array type), a round's share of
+        the lead's time outside the model: the view is kept while the buffer stays put
+        (it moves only when llama.cpp grows it), and only the rows written are read."""
         pointer = self._lib.llama_get_logits(self._ctx)
-        logits: Logits = np.ctypeslib.as_array(pointer, shape=(rows, self.n_vocab))
-        return logits
+        address = ctypes.cast(pointer, ctypes.c_void_p).value
+        if address != self._logits_address or rows > len(self._logits_view):
+            shape = (max(rows, self.n_batch), self.n_vocab)
+            self._logits_view = np.ctypeslib.as_array(pointer, shape=shape)
+            self._logits_address = address
+        return self._logits_view[:rows]
 
     def truncate(self, n: int, seq: int = 0) -> None:
         """Forget sequence `seq`'s KV entries at positions >= n."""
