@@ -5,6 +5,7 @@ cannot show them, /tokenize, /detokenize, /apply-template, /props and /openapi.j
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -200,3 +201,103 @@ def test_openapi_document(lead: str) -> None:
         assert path in schema["paths"]
     r = httpx.get(f"{lead}/nowhere", timeout=10)
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+
+
+# -- tool calls from a real model -----------------------------------------------------------
+
+TEMPLATE = Path(__file__).parents[1] / "unit" / "templates" / "qwen2.5-instruct.jinja"
+WEATHER: Any = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+def weather_chat(question: str) -> list[Any]:
+    """Three earlier turns that called the tool, then the question: SmolLM2-135M follows
+    the pattern and calls the tool itself (it does not from the instructions alone)."""
+    messages: list[Any] = []
+    for i, (city, weather) in enumerate([("Paris", "sunny"), ("Berlin", "rainy"), ("Rome", "hot")]):
+        arguments = json.dumps({"city": city})
+        call = {"id": f"call_{i}", "type": "function"}
+        call["function"] = {"name": "get_weather", "arguments": arguments}
+        messages += [
+            {"role": "user", "content": f"What is the weather in {city}?"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"call_{i}", "content": weather},
+            {"role": "assistant", "content": f"It is {weather} in {city}."},
+        ]
+    return [*messages, {"role": "user", "content": question}]
+
+
+@pytest.fixture(scope="module")
+def tool_lead(pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The default main model with Qwen 2.5's chat template, which shows it the tools."""
+    cluster = Cluster(tmp_path_factory.mktemp("tools"))
+    try:
+        _, url = cluster.lead(
+            "-m", str(pair[0]), "--chat-template-file", str(TEMPLATE), "--spec-type", "model",
+            "--policy", "fixed", "--deterministic", "--quiet",
+        )  # fmt: skip
+        cluster.back(url, "-m", str(pair[1]))
+        yield url
+    finally:
+        cluster.stop()
+
+
+def test_a_real_model_calls_a_tool(tool_lead: str) -> None:
+    client = openai.OpenAI(base_url=f"{tool_lead}/v1", api_key="x", timeout=120, max_retries=0)
+    messages = weather_chat("What is the weather in Oslo?")
+    request: dict[str, Any] = {
+        "model": "duo",
+        "messages": messages,
+        "tools": [WEATHER],
+        "max_tokens": 40,
+        "temperature": 0,
+    }
+    whole = client.chat.completions.create(**request)
+    choice = whole.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    assert choice.message.content is None
+    [call] = choice.message.tool_calls or []
+    assert call.type == "function" and call.id.startswith("call_")
+    assert (call.function.name, json.loads(call.function.arguments)) == (
+        "get_weather",
+        {"city": "Oslo"},
+    )
+    assert timings(whole)["draft_n"] > 0
+
+    # Streamed: the same call, as a tool_calls delta, and finish_reason tool_calls.
+    deltas, finish = [], None
+    for chunk in client.chat.completions.create(**request, stream=True):
+        for c in chunk.choices:
+            deltas += c.delta.tool_calls or []
+            assert not c.delta.content
+            finish = c.finish_reason or finish
+    assert finish == "tool_calls"
+    assert [(d.index, d.function.name, d.function.arguments) for d in deltas] == [  # type: ignore[union-attr]
+        (0, "get_weather", call.function.arguments)
+    ]
+
+    # The call is the main model's own text: the same prompt as a plain completion.
+    prompt = httpx.post(
+        f"{tool_lead}/apply-template", json={"messages": messages, "tools": [WEATHER]}, timeout=30
+    ).json()["prompt"]
+    assert "get_weather" in prompt.split("<|im_end|>")[0]  # the tools, in the system turn
+    tokens = httpx.post(f"{tool_lead}/tokenize", json={"content": prompt}, timeout=30).json()
+    text = client.completions.create(
+        model="duo", prompt=tokens["tokens"], max_tokens=40, temperature=0
+    )
+    assert text.choices[0].text.startswith('<tool_call>\n{"name": "get_weather", "arguments": ')
+
+    # tool_choice "none": the tools are not shown, and the reply is text.
+    plain = client.chat.completions.create(**request, tool_choice="none")
+    assert plain.choices[0].finish_reason != "tool_calls"
+    assert not plain.choices[0].message.tool_calls

@@ -113,6 +113,7 @@ class Model:
         self._batch = lib.llama_batch_init(self.n_batch, 0, 1)
         self._pieces: dict[int, bytes] = {}
         self._fingerprint: str | None = None
+        self.template: str | None = None  # a chat template in place of the GGUF's
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -274,6 +275,9 @@ class Model:
     # -- metadata --------------------------------------------------------------------
 
     def chat_template(self) -> str | None:
+        """The Jinja chat template: `template` when set, else the GGUF's own."""
+        if self.template is not None:
+            return self.template
         raw = self._lib.llama_model_chat_template(self._model, None)
         return raw.decode("utf-8", "replace") if raw else None
 

@@ -53,6 +53,7 @@ class Session:
             raise UsageError(f"mode {spec.mode} with --spec-type model needs a draft model (-md)")
         self.spec = spec
         self.main = _load(models.main, models.n_ctx, models.threads, models.n_gpu_layers)
+        self.main.template = models.chat_template or self.main.template
         self.draft: Model | None = None
         self.local: SyncDrafts | ThreadDrafts | None = None
         self.suffix = SuffixDrafts() if "suffix" in types else None
