@@ -119,9 +119,9 @@ class Api:
                 Route(path, _guarded(endpoint), methods=[method])
                 for method, path, endpoint in Extensions(self).endpoints()
             ],
+            Route("/openapi.json", _guarded(self.openapi)),
             WebSocketRoute(protocol.PATH, self.drafter),
         ]
-        routes.append(Route("/openapi.json", _guarded(self.openapi)))
         handlers = {
             DuoError: self._duo_error,
             HTTPException: self._http_error,
@@ -213,6 +213,8 @@ class Api:
         # Rendered, then tokenized: the size check comes between them.
         tokens = await self.tokenize(text, add_special=False, param="messages")
         self._check_fits(tokens, "messages")
+        # tool_choice "required" or a named function: tools.constraint() is the JSON schema
+        # a grammar sampler would hold the reply to; none is applied yet (see duo.service.tools).
         jobs = choice_jobs(tokens, max_tokens, stops, sampling, output.n)
         meta = {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
@@ -234,7 +236,8 @@ class Api:
         if tools is not None and not caps.supports_tools:
             raise UsageError(
                 f"the chat template of {self.info.name} cannot show tools to the model, so it "
-                "could not call them; use a model whose template supports tools",
+                "could not call them; give the lead a template that does "
+                "(--chat-template-file)",
                 param="tools",
             )
         if any("tool_calls" in m for m in messages) and not caps.supports_tool_calls:
