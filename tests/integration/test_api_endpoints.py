@@ -94,11 +94,30 @@ def test_n_chat_choices_are_the_seeded_single_choices(client: openai.OpenAI) -> 
     assert all(c.usage is None for c in chunks[:-1])
 
 
-def test_a_seeded_choice_equals_the_main_model_alone(
-    client: openai.OpenAI, pair: tuple[Path, Path]
-) -> None:
+def alone(main: Path, *args: str) -> subprocess.Popen[str]:
+    """`duo generate` with the main model alone (no drafter), as the reference."""
+    argv = [sys.executable, "-m", "duo", "generate", "-m", str(main), "--mode", "target"]
+    return subprocess.Popen(
+        [*argv, "--deterministic", "--color", "never", *args],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def output(proc: subprocess.Popen[str]) -> str:
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0
+    return out.removesuffix("\n")
+
+
+def test_choices_equal_the_main_model_alone(client: openai.OpenAI, pair: tuple[Path, Path]) -> None:
     """Choice 1 of a request seeded 5 samples with seed 6: `duo generate` with no drafter
-    and seed 6 writes the same text."""
+    and seed 6 writes the same text. Greedy choices are all the main model's greedy text."""
+    sampled = alone(
+        pair[0], "-p", PROMPT, "-n", "32", "--temp", "0.9", "--top-k", "30", "--seed", "6"
+    )
+    greedy = alone(pair[0], "--chat", "-p", QUESTION[0]["content"], "-n", "24", "--temp", "0")
     api = client.completions.create(
         model="duo",
         prompt=PROMPT,
@@ -109,16 +128,13 @@ def test_a_seeded_choice_equals_the_main_model_alone(
         extra_body={"top_k": 30},
     )
     assert timings(api)["draft_n"] > 0
-    alone = subprocess.run(
-        [
-            sys.executable, "-m", "duo", "generate", "-m", str(pair[0]), "--mode", "target",
-            "--deterministic", "-p", PROMPT, "-n", "32", "--temp", "0.9", "--top-k", "30",
-            "--seed", "6", "--color", "never",
-        ],
-        capture_output=True, text=True, timeout=300, check=True,
-    ).stdout  # fmt: skip
-    assert api.choices[1].text == alone.removesuffix("\n")
+    chat = client.chat.completions.create(
+        model="duo", messages=QUESTION, n=2, max_tokens=24, temperature=0
+    )
+    assert timings(chat)["draft_n"] > 0
+    assert api.choices[1].text == output(sampled)
     assert api.choices[0].text != api.choices[1].text
+    assert [c.message.content for c in chat.choices] == [output(greedy)] * 2
 
 
 def test_tools_are_refused_with_a_template_that_cannot_show_them(client: openai.OpenAI) -> None:

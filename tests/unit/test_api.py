@@ -17,6 +17,7 @@ from duo.core.stats import Stats
 from duo.service.api import Api
 from duo.service.lead import Delta, Done, Job, ModelInfo
 from duo.service.openapi import openapi_schema
+from duo.service.supervise import Supervisor, Worker
 from tests.unit.test_tools import QWEN25, SMOLLM2, WEATHER, renderer
 
 N_VOCAB = 1000
@@ -306,3 +307,17 @@ def test_openapi_document_is_valid_and_covers_every_route() -> None:
             return (await c.get("/openapi.json")).json()  # type: ignore[no-any-return]
 
     assert run(go()) == json.loads(json.dumps(schema))
+
+
+def test_a_lead_whose_worker_is_down_answers_503_in_openai_shape() -> None:
+    """`duo lead --rpc`: while the worker that owns the model (re)starts."""
+    supervisor = Supervisor(Worker(["never-started"], 1))
+
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=supervisor.app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://lead") as c:
+            return await c.post("/v1/chat/completions", json={"messages": []})
+
+    r = run(go())
+    assert assert_error(r, 503)["type"] == "server_error"
+    assert r.headers["retry-after"] == "2"
