@@ -321,3 +321,38 @@ def test_a_lead_whose_worker_is_down_answers_503_in_openai_shape() -> None:
     r = run(go())
     assert assert_error(r, 503)["type"] == "server_error"
     assert r.headers["retry-after"] == "2"
+
+
+class Recording(dict):  # type: ignore[type-arg]
+    """A request body that records which fields the parsers look at."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.seen: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.seen.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        self.seen.add(key)
+        return super().__getitem__(key)
+
+
+def test_every_request_field_the_lead_reads_is_in_the_openapi_document() -> None:
+    from duo.service.openai_format import chat_messages, output_fields, sampling_fields
+    from duo.service.tools import tool_fields
+
+    schemas = openapi_schema()["components"]["schemas"]
+    for name, parsers in [
+        ("CompletionRequest", [lambda b: sampling_fields(b, 16, 256)]),
+        (
+            "ChatCompletionRequest",
+            [lambda b: sampling_fields(b, 16, 256), chat_messages, tool_fields],
+        ),
+    ]:
+        body = Recording({"messages": [{"role": "user", "content": "hi"}]})
+        for parse in [*parsers, lambda b: output_fields(b, 128)]:
+            parse(body)
+        described = set(schemas[name]["properties"])
+        assert body.seen - {"messages", "functions", "function_call"} <= described, name
