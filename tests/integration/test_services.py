@@ -577,7 +577,7 @@ def test_bad_requests(lead: str) -> None:
         ("/v1/chat/completions", {"messages": user, "max_tokens": 0}),
         ("/v1/chat/completions", {"messages": user, "max_tokens": "ten"}),
         ("/v1/chat/completions", {"messages": user, "temperature": -1}),
-        ("/v1/chat/completions", {"messages": user, "n": 2}),
+        ("/v1/chat/completions", {"messages": user, "n": 0}),
         ("/v1/chat/completions", [1, 2]),  # not an object
         ("/v1/completions", {"max_tokens": 8}),  # no prompt
         ("/v1/completions", {"prompt": "hi", "max_tokens": 0}),

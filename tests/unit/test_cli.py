@@ -22,6 +22,10 @@ from duo.cli.main import main
         (["generate", "-p", "hi", "--pin", "0:4096"], "not available"),
         (["generate", "-f", "/nonexistent/prompt.txt"], "cannot read prompt file"),
         (
+            ["generate", "-p", "hi", "-m", "m.gguf", "--chat-template-file", "/nonexistent/t"],
+            "--chat-template-file: cannot read",
+        ),
+        (
             ["generate", "-p", "hi", "-m", "/nonexistent/model.gguf", "--mode", "target"],
             "model file not found",
         ),

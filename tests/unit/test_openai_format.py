@@ -14,7 +14,9 @@ from starlette.requests import Request
 from duo.errors import DuoError, http_status
 from duo.service.openai_format import (
     MAX_SEED,
+    Output,
     chat_messages,
+    output_fields,
     parse_json,
     read_body,
     sampling_fields,
@@ -183,9 +185,6 @@ def test_good_values_pass_through() -> None:
         ("max_tokens", 16.0),
         ("max_tokens", "ten"),
         ("max_completion_tokens", 0),
-        ("n", 2),
-        ("n", 1.0),
-        ("stream", "yes"),
         ("stop", 5),
         ("stop", ["a", 5]),
         ("stop", ["a", "b", "c", "d", "e"]),
@@ -196,6 +195,30 @@ def test_good_values_pass_through() -> None:
 def test_bad_values_are_400_naming_the_field(param: str, value: Any) -> None:
     with refused(400, param):
         sampling(**{param: value})
+
+
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [
+        ("n", 0),
+        ("n", 129),
+        ("n", 1.0),
+        ("stream", "yes"),
+        ("stream_options", "include_usage"),
+        ("user", ["a"]),
+        ("user", "\ud800"),
+    ],
+)
+def test_bad_output_fields_are_400_naming_the_field(param: str, value: Any) -> None:
+    with refused(400, param):
+        output_fields({param: value}, 128)
+
+
+def test_output_fields() -> None:
+    assert output_fields({}, 128) == Output(1, False, False)
+    body = {"n": 128, "stream": True, "stream_options": {"include_usage": True}, "user": "u"}
+    assert output_fields(body, 128) == Output(128, True, True)
+    assert output_fields({"stream": True, "stream_options": None}, 128) == Output(1, True, False)
 
 
 # -- chat messages -------------------------------------------------------------------------

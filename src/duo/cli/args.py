@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from duo.cli.progress import Spinner
 from duo.core.sampling import SamplingParams
+from duo.errors import UsageError
 from duo.llama.models import PAIRS
 from duo.service.config import (
     MODES,
@@ -52,6 +54,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         "-ngld", "--n-gpu-layers-draft", type=non_negative, default=0, help="draft layers on GPU"
     )
     g.add_argument("-c", "--ctx-size", type=positive, default=4096, help="context size")
+    g.add_argument(
+        "--chat-template-file",
+        metavar="PATH",
+        help="a Jinja chat template for the main model, in place of the one in its GGUF",
+    )
 
 
 def add_spec_args(p: argparse.ArgumentParser, *, modes: bool = True) -> None:
@@ -173,7 +180,17 @@ def model_config(args: argparse.Namespace, *, need_draft: bool) -> ModelConfig:
         n_gpu_layers=args.n_gpu_layers,
         n_gpu_layers_draft=args.n_gpu_layers_draft,
         n_ctx=args.ctx_size,
+        chat_template=read_template(args.chat_template_file),
     )
+
+
+def read_template(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"--chat-template-file: cannot read {path}: {e}") from None
 
 
 def spec_config(args: argparse.Namespace) -> SpecConfig:

@@ -123,6 +123,7 @@ class Model:
         self._fingerprint: str | None = None
         self._logits_address: int | None = None
         self._logits_view: Logits = np.empty((0, self.n_vocab), dtype=np.float32)
+        self.template: str | None = None  # a chat template in place of the GGUF's
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -242,17 +243,20 @@ class Model:
 
     # -- vocabulary ------------------------------------------------------------------
 
-    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
+        """With parse_special, special tokens written in the text ("<|im_end|>") are those
+        tokens; without, they are plain text."""
         data = text.encode("utf-8")
         capacity = len(data) + 16
         buf = (ctypes.c_int32 * capacity)()
-        n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special, True)
+        args = (add_special, parse_special)
+        n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, capacity, *args)
         if n < 0:
             capacity = -n
             buf = (ctypes.c_int32 * capacity)()
-            n = self._lib.llama_tokenize(
-                self._vocab, data, len(data), buf, capacity, add_special, True
-            )
+            n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, capacity, *args)
         return list(buf[:n])
 
     def piece(self, token: int) -> bytes:
@@ -266,6 +270,16 @@ class Model:
                 n = self._lib.llama_token_to_piece(self._vocab, token, buf, -n, 0, False)
             cached = self._pieces[token] = buf.raw[:n]
         return cached
+
+    def special_piece(self, token: int) -> bytes:
+        """The bytes a token stands for, a special token's own text included (as
+        llama-server's /tokenize and /detokenize show them)."""
+        buf = ctypes.create_string_buffer(256)
+        n = self._lib.llama_token_to_piece(self._vocab, token, buf, 256, 0, True)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = self._lib.llama_token_to_piece(self._vocab, token, buf, -n, 0, True)
+        return buf.raw[:n]
 
     def is_eog(self, token: int) -> bool:
         return bool(self._lib.llama_vocab_is_eog(self._vocab, token))
@@ -316,11 +330,23 @@ class Model:
     # -- metadata --------------------------------------------------------------------
 
     def chat_template(self) -> str | None:
+        """The Jinja chat template: `template` when set, else the GGUF's own."""
+        if self.template is not None:
+            return self.template
         raw = self._lib.llama_model_chat_template(self._model, None)
         return raw.decode("utf-8", "replace") if raw else None
 
-    def render_chat(self, messages: Sequence[dict[str, str]]) -> str:
-        """The prompt text for a chat, from the GGUF's own Jinja chat template."""
+    def special_tokens(self) -> tuple[str, str]:
+        """The text of the BOS and EOS tokens (as chat templates see them)."""
+        bos = self.token_text(self._lib.llama_vocab_bos(self._vocab))
+        eos = self.token_text(self._lib.llama_vocab_eos(self._vocab))
+        return bos, eos
+
+    def render_chat(
+        self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> str:
+        """The prompt text for a chat, from the GGUF's own Jinja chat template; `tools` (in
+        OpenAI's shape) go to the template as its `tools` variable."""
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         template = self.chat_template()
@@ -328,10 +354,9 @@ class Model:
             # No template in the file: a plain transcript the model can continue.
             lines = [f"{m['role']}: {m['content']}" for m in messages]
             return "\n".join([*lines, "assistant:"])
-        eos = self.token_text(self._lib.llama_vocab_eos(self._vocab))
-        bos = self.token_text(self._lib.llama_vocab_bos(self._vocab))
+        bos, eos = self.special_tokens()
         formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
-        prompt: str = formatter(messages=list(messages)).prompt  # type: ignore[arg-type]
+        prompt: str = formatter(messages=list(messages), tools=tools).prompt  # type: ignore[arg-type]
         return prompt
 
 

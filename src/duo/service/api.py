@@ -6,8 +6,12 @@
     GET  /health                liveness, connected drafters, queue
     GET  /metrics               Prometheus text format
     WS   /v1/drafter            the drafter channel (duo.protocol)
+    POST /tokenize, /detokenize, /apply-template; GET /props
+                                llama-server's extension endpoints (duo.service.extensions)
+    GET  /openapi.json          the OpenAPI 3 description of all of these (duo.service.openapi)
 
-Request parsing and response shapes live in duo.openai_format.
+Request parsing and response shapes live in duo.service.openai_format and
+duo.service.replies; `n` choices in duo.service.choices; tools in duo.service.tools.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import aclosing
 from typing import Any
 
 from starlette.applications import Starlette
@@ -29,23 +34,29 @@ from starlette.websockets import WebSocket
 
 from duo.channel import protocol
 from duo.channel.endpoint import DrafterEndpoint
-from duo.core.sampling import SamplingParams
+from duo.core.stats import Stats
 from duo.errors import AuthError, DuoError, GenerationFailed, PromptTooLong, UsageError
+from duo.service.choices import MAX_CHOICES, choice_jobs, combined, merged_events
+from duo.service.extensions import Extensions
 from duo.service.jobs import Delta, Done, Failed, Job
 from duo.service.lead import Lead
 from duo.service.metrics import Metrics
 from duo.service.openai_format import (
+    Output,
     chat_messages,
     checked_text,
     duo_error_response,
     error_response,
-    field,
+    output_fields,
     read_body,
     sampling_fields,
     sse,
     timings,
     usage,
 )
+from duo.service.openapi import openapi_schema
+from duo.service.replies import ChatReply, CompletionReply, Entry, Reply
+from duo.service.tools import TemplateCaps, Tools, template_caps, template_messages, tool_fields
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +107,7 @@ class Api:
         longest = lead.longest_token_bytes()
         # A prompt of more bytes than this cannot fit, whatever its tokens (see above).
         self.max_prompt_bytes = None if longest is None else (n_ctx - 1) * longest
+        self._caps: TemplateCaps | None = None
 
     def app(self) -> Starlette:
         routes = [
@@ -104,6 +116,11 @@ class Api:
             Route("/v1/models", _guarded(self.models)),
             Route("/v1/completions", _guarded(self.completions), methods=["POST"]),
             Route("/v1/chat/completions", _guarded(self.chat), methods=["POST"]),
+            *[
+                Route(path, _guarded(endpoint), methods=[method])
+                for method, path, endpoint in Extensions(self).endpoints()
+            ],
+            Route("/openapi.json", _guarded(self.openapi)),
             WebSocketRoute(protocol.PATH, self.drafter),
         ]
         handlers = {
@@ -122,12 +139,14 @@ class Api:
     async def _http_error(self, request: Request, e: Exception) -> Response:
         assert isinstance(e, HTTPException)
         kind = "not_found_error" if e.status_code == 404 else "invalid_request_error"
-        return error_response(e.status_code, str(e.detail), kind=kind)
+        response = error_response(e.status_code, str(e.detail), kind=kind)
+        response.headers.update(e.headers or {})  # a 405's Allow
+        return response
 
     async def _internal_error(self, request: Request, e: Exception) -> Response:
         return error_response(500, "internal server error", kind="server_error")
 
-    def _authorize(self, request: Request) -> None:
+    def authorize_request(self, request: Request) -> None:
         if not self.authorize(request.headers.get("authorization")):
             raise AuthError()
 
@@ -137,11 +156,11 @@ class Api:
         return JSONResponse(self.lead.health())
 
     async def metrics(self, request: Request) -> Response:
-        self._authorize(request)
+        self.authorize_request(request)
         return PlainTextResponse(self._metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def models(self, request: Request) -> Response:
-        self._authorize(request)
+        self.authorize_request(request)
         model = {
             "id": self.info.name,
             "object": "model",
@@ -151,123 +170,104 @@ class Api:
         }
         return JSONResponse({"object": "list", "data": [model]})
 
+    async def openapi(self, request: Request) -> Response:
+        self.authorize_request(request)
+        return JSONResponse(openapi_schema())
+
     async def drafter(self, ws: WebSocket) -> None:
         await self.drafters.serve(ws)
 
     async def completions(self, request: Request) -> Response:
-        self._authorize(request)
+        self.authorize_request(request)
         body = await read_body(request, self.max_body)
         max_tokens, stops, sampling = sampling_fields(body, 16, self.info.n_ctx)
+        output = output_fields(body, MAX_CHOICES)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
             prompt = prompt[0]
         if isinstance(prompt, str):
             text = checked_text(prompt, "prompt")
-            tokens = await self._tokenize(text, add_special=True, param="prompt")
+            tokens = await self.tokenize(text, add_special=True, param="prompt")
         elif isinstance(prompt, list) and prompt:
-            if len(prompt) >= self.info.n_ctx:  # before looking at every element
-                self._check_fits(prompt, "prompt")
-            n_vocab = self.info.n_vocab
-            if not all(
-                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in prompt
-            ):
-                raise UsageError(
-                    f"'prompt' token IDs must be integers in [0, {n_vocab})", param="prompt"
-                )
-            tokens = list(prompt)
+            tokens = self.token_ids(prompt, "prompt")
         else:
             raise UsageError(
                 "'prompt' must be a non-empty string or a list of token IDs", param="prompt"
             )
-        job = self._job(tokens, max_tokens, stops, sampling, "prompt")
+        self._check_fits(tokens, "prompt")
+        jobs = choice_jobs(tokens, max_tokens, stops, sampling, output.n)
         meta = {
             "id": f"cmpl-{uuid.uuid4().hex[:24]}",
             "object": "text_completion",
             "created": int(time.time()),
             "model": self.info.name,
         }
-
-        def choice(text: str, finish: str | None) -> dict[str, Any]:
-            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
-
-        if field(body, "stream", bool, False):
-            return self._stream(
-                job, lambda text, finish: {**meta, "choices": [choice(text, finish)]}
-            )
-        result = await self._collect(job, request)
-        if result is None:
-            return Response(status_code=499)  # nobody is there to read it
-        text, done = result
-        return JSONResponse(
-            {
-                **meta,
-                "choices": [choice(text, done.finish_reason)],
-                "usage": usage(done.stats),
-                "timings": timings(done.stats),
-            }
-        )
+        replies = [CompletionReply(i) for i in range(output.n)]
+        return await self._respond(request, jobs, meta, replies, output)
 
     async def chat(self, request: Request) -> Response:
-        self._authorize(request)
+        self.authorize_request(request)
         body = await read_body(request, self.max_body)
-        messages = chat_messages(body)
         max_tokens, stops, sampling = sampling_fields(body, self.info.n_ctx, self.info.n_ctx)
+        output = output_fields(body, MAX_CHOICES)
+        text, tools = await self.chat_prompt(body)
+        # Rendered, then tokenized: the size check comes between them.
+        tokens = await self.tokenize(text, add_special=False, param="messages")
+        self._check_fits(tokens, "messages")
+        # tool_choice "required" or a named function: tools.constraint() is the JSON schema
+        # a grammar sampler would hold the reply to; none is applied yet (see duo.service.tools).
+        jobs = choice_jobs(tokens, max_tokens, stops, sampling, output.n)
+        meta = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "object": "chat.completion.chunk" if output.stream else "chat.completion",
+            "created": int(time.time()),
+            "model": self.info.name,
+        }
+        replies = [ChatReply(i, tools) for i in range(output.n)]
+        return await self._respond(request, jobs, meta, replies, output)
+
+    # -- chat prompts -------------------------------------------------------------------
+
+    async def chat_prompt(self, body: dict[str, Any]) -> tuple[str, Tools | None]:
+        """The prompt text of a chat request (its messages and tools through the model's
+        own chat template), and the tools the reply may call."""
+        messages = chat_messages(body)
+        tools = tool_fields(body)
+        caps = await self.template_caps()
+        if tools is not None and not caps.supports_tools:
+            raise UsageError(
+                f"the chat template of {self.info.name} cannot show tools to the model, so it "
+                "could not call them; give the lead a template that does "
+                "(--chat-template-file)",
+                param="tools",
+            )
+        if any("tool_calls" in m for m in messages) and not caps.supports_tool_calls:
+            raise UsageError(
+                f"the chat template of {self.info.name} cannot show earlier tool calls",
+                param="messages",
+            )
+        messages = template_messages(messages, caps.object_arguments)
+        shown = tools.shown() if tools is not None else None
         try:  # Jinja, pure Python: off the event loop too (it yields the GIL as it goes)
-            text = await asyncio.to_thread(self.lead.render_chat, messages)
+            text = await asyncio.to_thread(self.lead.render_chat, messages, shown)
         except Exception as e:  # templates raise on what they refuse (roles out of order, ...)
             raise UsageError(
                 f"the model's chat template refused the messages: {str(e)[:300]}",
                 param="messages",
             ) from None
-        # Rendered, then tokenized: the size check comes between them.
-        tokens = await self._tokenize(text, add_special=False, param="messages")
-        job = self._job(tokens, max_tokens, stops, sampling, "messages")
-        meta = {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
-            "created": int(time.time()),
-            "model": self.info.name,
-        }
+        return text, tools
 
-        if field(body, "stream", bool, False):
-
-            def chunk(text: str | None, finish: str | None) -> dict[str, Any]:
-                delta = {"role": "assistant", "content": ""} if text is None else {}
-                if text:
-                    delta["content"] = text
-                return {
-                    **meta,
-                    "object": "chat.completion.chunk",
-                    "choices": [
-                        {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-                    ],
-                }
-
-            return self._stream(job, chunk, first=chunk(None, None))
-        result = await self._collect(job, request)
-        if result is None:
-            return Response(status_code=499)  # nobody is there to read it
-        text, done = result
-        message = {"role": "assistant", "content": text}
-        return JSONResponse(
-            {
-                **meta,
-                "object": "chat.completion",
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": message,
-                        "logprobs": None,
-                        "finish_reason": done.finish_reason,
-                    }
-                ],
-                "usage": usage(done.stats),
-                "timings": timings(done.stats),
-            }
-        )
+    async def template_caps(self) -> TemplateCaps:
+        """What the main model's chat template can express, probed on first use."""
+        if self._caps is None:
+            self._caps = await asyncio.to_thread(template_caps, self.lead.render_chat)
+        return self._caps
 
     # -- helpers ------------------------------------------------------------------------
 
-    async def _tokenize(self, text: str, *, add_special: bool, param: str) -> list[int]:
+    async def tokenize(
+        self, text: str, *, add_special: bool, param: str, parse_special: bool = True
+    ) -> list[int]:
         """Tokenize on a worker thread, after a size check that needs no tokens.
 
         Off the event loop, a long prompt does not hold up /health, the streams and the
@@ -285,7 +285,9 @@ class Api:
                 param=param,
             )
         try:
-            return await asyncio.to_thread(self.lead.tokenize, text, add_special=add_special)
+            return await asyncio.to_thread(
+                self.lead.tokenize, text, add_special=add_special, parse_special=parse_special
+            )
         except UnicodeEncodeError:  # a lone surrogate the checks did not see
             raise UsageError("the prompt is not valid text", param=param) from None
 
@@ -297,25 +299,46 @@ class Api:
         except DuoError as e:
             raise UsageError(str(e), param=param) from None
 
-    def _job(
+    def token_ids(self, tokens: list[Any], param: str) -> list[int]:
+        """A list of token IDs from a request, each checked against the vocabulary."""
+        if len(tokens) >= self.info.n_ctx:  # before looking at every element
+            self._check_fits(tokens, param)
+        n_vocab = self.info.n_vocab
+        if not all(
+            isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in tokens
+        ):
+            raise UsageError(f"'{param}' token IDs must be integers in [0, {n_vocab})", param=param)
+        return list(tokens)
+
+    async def _respond(
         self,
-        tokens: list[int],
-        max_tokens: int,
-        stops: list[str],
-        sampling: SamplingParams,
-        param: str,
-    ) -> Job:
-        self._check_fits(tokens, param)
-        return Job(tokens, max_tokens, stops, sampling)
+        request: Request,
+        jobs: list[Job],
+        meta: dict[str, Any],
+        replies: Sequence[Reply],
+        output: Output,
+    ) -> Response:
+        if output.stream:
+            return self._stream(jobs, meta, replies, output.include_usage)
+        results = await self._collect(jobs, request)
+        if results is None:
+            return Response(status_code=499)  # nobody is there to read it
+        total = combined([done.stats for _, done in results])
+        choices = [
+            r.whole(text, done.finish_reason)
+            for r, (text, done) in zip(replies, results, strict=True)
+        ]
+        body = {**meta, "choices": choices, "usage": usage(total), "timings": timings(total)}
+        return JSONResponse(body)
 
-    async def _collect(self, job: Job, request: Request) -> tuple[str, Done] | None:
-        """The whole text and the Done event; None if the client went away first.
+    async def _collect(self, jobs: list[Job], request: Request) -> list[tuple[str, Done]] | None:
+        """Each choice's whole text and Done event; None if the client went away first.
 
-        A client that goes away cancels its job, queued or running, as a stream's does:
+        A client that goes away cancels its jobs, queued or running, as a stream's does:
         cancelling the task that reads Lead.events leaves the queue, or sets job.cancelled
         and waits for the engine to stop at the end of its round.
         """
-        collecting = asyncio.ensure_future(self._events(job))
+        collecting = asyncio.ensure_future(self._events(jobs))
         watching = asyncio.ensure_future(_disconnected(request))
         try:
             await asyncio.wait((collecting, watching), return_when=asyncio.FIRST_COMPLETED)
@@ -327,38 +350,63 @@ class Api:
             return None
         return collecting.result()
 
-    async def _events(self, job: Job) -> tuple[str, Done]:
-        parts: list[str] = []
-        async for event in self.lead.events(job):
-            if isinstance(event, Delta):
-                parts.append(event.text)
-            elif isinstance(event, Done):
-                return "".join(parts), event
-            elif isinstance(event, Failed):
-                raise GenerationFailed(event.message)
-        raise GenerationFailed("generation ended without a result")
+    async def _events(self, jobs: list[Job]) -> list[tuple[str, Done]]:
+        parts: list[list[str]] = [[] for _ in jobs]
+        done: dict[int, Done] = {}
+        async with aclosing(merged_events(self.lead, jobs)) as events:
+            async for index, event in events:
+                if isinstance(event, Delta):
+                    parts[index].append(event.text)
+                elif isinstance(event, Done):
+                    done[index] = event
+                elif isinstance(event, Failed):
+                    raise GenerationFailed(event.message)
+        if len(done) != len(jobs):
+            raise GenerationFailed("generation ended without a result")
+        return [("".join(parts[i]), done[i]) for i in range(len(jobs))]
 
     def _stream(
         self,
-        job: Job,
-        chunk: Callable[[str, str | None], dict[str, Any]],
-        first: dict[str, Any] | None = None,
+        jobs: list[Job],
+        meta: dict[str, Any],
+        replies: Sequence[Reply],
+        include_usage: bool,
     ) -> StreamingResponse:
-        """SSE: one chunk per piece of text, a last chunk with finish_reason, usage and
-        timings, then [DONE]. `chunk(text, finish_reason)` shapes a chunk."""
+        """SSE: chunks of each choice's text as it comes (tagged by index), each choice's
+        last chunk with its finish_reason, then [DONE]. The request's usage and timings
+        ride on the last chunk, or with stream_options.include_usage on a chunk of their
+        own with no choices (as OpenAI sends it)."""
+
+        def chunk(entry: Entry | None) -> dict[str, Any]:
+            return {**meta, "choices": [] if entry is None else [entry]}
 
         async def events() -> AsyncIterator[bytes]:
-            if first is not None:
-                yield sse(first)
-            async for event in self.lead.events(job):
-                if isinstance(event, Delta):
-                    yield sse(chunk(event.text, None))
-                elif isinstance(event, Done):
-                    stats = event.stats
-                    last = chunk("", event.finish_reason)
-                    yield sse({**last, "usage": usage(stats), "timings": timings(stats)})
-                else:
-                    yield sse({"error": {"message": event.message, "type": "server_error"}})
+            for reply in replies:
+                for entry in reply.start():
+                    yield sse(chunk(entry))
+            stats: dict[int, Stats] = {}
+            async with aclosing(merged_events(self.lead, jobs)) as merged:
+                async for index, event in merged:
+                    if isinstance(event, Delta):
+                        for entry in replies[index].text(event.text):
+                            yield sse(chunk(entry))
+                    elif isinstance(event, Done):
+                        stats[index] = event.stats
+                        *entries, last = replies[index].end(event.finish_reason)
+                        for entry in entries:
+                            yield sse(chunk(entry))
+                        if len(stats) < len(jobs) or include_usage:
+                            yield sse(chunk(last))
+                            continue
+                        total = combined([stats[i] for i in range(len(jobs))])
+                        yield sse({**chunk(last), "usage": usage(total), "timings": timings(total)})
+                    else:
+                        error = {"message": event.message, "type": "server_error"}
+                        yield sse({"error": {**error, "param": None, "code": None}})
+                        break
+            if include_usage and len(stats) == len(jobs):
+                total = combined([stats[i] for i in range(len(jobs))])
+                yield sse({**chunk(None), "usage": usage(total), "timings": timings(total)})
             yield sse("[DONE]")
 
         return StreamingResponse(

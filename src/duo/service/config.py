@@ -61,6 +61,7 @@ class ModelConfig:
     n_gpu_layers: int = 0  # -ngl: main model layers offloaded to a GPU/remote device
     n_gpu_layers_draft: int = 0  # -ngld: same, for the draft model
     n_ctx: int = 4096  # -c: context size in tokens
+    chat_template: str | None = None  # --chat-template-file: in place of the GGUF's template
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Any, TextIO
 
 from duo.auth import KeySpec
 from duo.channel.backs import Backs
@@ -89,13 +89,19 @@ class Lead:
 
     # -- prompts --------------------------------------------------------------------------
 
-    def render_chat(self, messages: list[dict[str, str]]) -> str:
+    def render_chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> str:
         """The prompt text of a chat, through the main model's own chat template."""
-        return self.session.main.render_chat(messages)
+        return self.session.main.render_chat(messages, tools)
 
-    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
         """Safe on any thread: llama_tokenize only reads the vocabulary."""
-        return self.session.main.tokenize(text, add_special=add_special)
+        return self.session.main.tokenize(
+            text, add_special=add_special, parse_special=parse_special
+        )
 
     def longest_token_bytes(self) -> int | None:
         return self.session.main.longest_token_bytes()

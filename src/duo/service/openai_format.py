@@ -11,6 +11,7 @@ import json
 import math
 import re
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -179,9 +180,6 @@ def sampling_fields(
                 f"a stop string may be at most {MAX_STOP_CHARS} characters", param="stop"
             )
         checked_text(s, "stop")
-    if integer(body, "n", 1, 1) != 1:
-        raise UsageError("only n=1 is supported", param="n")
-    field(body, "stream", bool, False)
     d = SamplingParams()
     # llama.cpp's conventions: repeat_last_n -1 = the whole context, seed -1 = random.
     repeat_last_n = integer(body, "repeat_last_n", d.repeat_last_n, -1)
@@ -203,7 +201,34 @@ def sampling_fields(
     return min(max_tokens, n_ctx), stops, params
 
 
-def chat_messages(body: dict[str, Any]) -> list[dict[str, str]]:
+@dataclass(frozen=True)
+class Output:
+    """How a request wants its answer: how many choices, streamed or not."""
+
+    n: int = 1  # choices
+    stream: bool = False
+    include_usage: bool = False  # stream_options.include_usage: a last chunk with usage
+
+
+def output_fields(body: dict[str, Any], max_choices: int) -> Output:
+    """`n`, `stream` and `stream_options`; `user` is accepted (and only checked)."""
+    n = integer(body, "n", 1, 1, max_choices)
+    stream = field(body, "stream", bool, False)
+    options = field(body, "stream_options", dict, {})
+    if options and not stream:
+        raise UsageError("'stream_options' needs 'stream': true", param="stream_options")
+    include_usage = options.get("include_usage")
+    if include_usage is not None and not isinstance(include_usage, bool):
+        raise UsageError("'stream_options.include_usage' must be a boolean", param="stream_options")
+    user = field(body, "user", str, None)
+    if user is not None:
+        checked_text(user, "user")
+    return Output(n, stream, bool(include_usage))
+
+
+def chat_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The conversation as chat templates take it: role and content (text), plus an
+    assistant's `tool_calls` and a tool result's `tool_call_id` and `name`."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise UsageError("'messages' must be a non-empty list", param="messages")
@@ -212,6 +237,9 @@ def chat_messages(body: dict[str, Any]) -> list[dict[str, str]]:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise UsageError(f"messages[{i}] needs a 'role'", param="messages")
         content = m.get("content")
+        tool_calls = _tool_calls(i, m)
+        if content is None and tool_calls:
+            content = ""  # an assistant turn that only calls tools
         if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
             parts = [
                 p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"
@@ -221,10 +249,49 @@ def chat_messages(body: dict[str, Any]) -> list[dict[str, str]]:
             content = "".join(parts)  # type: ignore[arg-type]
         if not isinstance(content, str):
             raise UsageError(f"messages[{i}] needs a string 'content'", param="messages")
+        message: dict[str, Any] = {
+            "role": checked_text(m["role"], "messages"),
+            "content": checked_text(content, "messages"),
+        }
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        for name in ("tool_call_id", "name"):
+            value = m.get(name)
+            if value is not None:
+                if not isinstance(value, str):
+                    raise UsageError(f"messages[{i}].{name} must be a string", param="messages")
+                message[name] = checked_text(value, "messages")
+        out.append(message)
+    return out
+
+
+def _tool_calls(i: int, m: dict[str, Any]) -> list[dict[str, Any]]:
+    """An assistant message's tool calls, checked: [{id, type, function: {name, arguments}}]."""
+    calls = m.get("tool_calls")
+    if calls is None:
+        return []
+    if not isinstance(calls, list):
+        raise UsageError(f"messages[{i}].tool_calls must be a list", param="messages")
+    out = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not all(
+            isinstance(function.get(k), str) for k in ("name", "arguments")
+        ):
+            raise UsageError(
+                f"messages[{i}].tool_calls: each call needs a function with a 'name' and "
+                "'arguments' (JSON text)",
+                param="messages",
+            )
+        call_id = call.get("id")
         out.append(
             {
-                "role": checked_text(m["role"], "messages"),
-                "content": checked_text(content, "messages"),
+                "id": checked_text(call_id, "messages") if isinstance(call_id, str) else "",
+                "type": "function",
+                "function": {
+                    "name": checked_text(function["name"], "messages"),
+                    "arguments": checked_text(function["arguments"], "messages"),
+                },
             }
         )
     return out

@@ -72,6 +72,7 @@ class Session:
             n_gpu_layers=models.n_gpu_layers,
             n_seq=slots,
         )
+        self.main.template = models.chat_template or self.main.template
         self.draft: Model | None = None
         self.local: SyncDrafts | ThreadDrafts | None = None
         self.suffix = SuffixMemory() if "suffix" in types else None

@@ -148,7 +148,8 @@ class Supervisor:
         w = self.worker
         why = w.last_error or "it is starting"
         message = f"the main model is unavailable ({why}); retrying, try again shortly"
-        body = {"error": {"message": message, "type": "server_error", "code": "worker_" + w.state}}
+        error = {"message": message, "type": "server_error", "param": None}
+        body = {"error": {**error, "code": "worker_" + w.state}}
         return JSONResponse(body, status_code=503, headers={"Retry-After": "2"})
 
     async def health(self, request: Request) -> Response:

@@ -1,0 +1,91 @@
+"""One choice of a response, in OpenAI's shapes: whole, or as the pieces of a stream.
+
+A `Reply` turns the text of choice `index` into the `choices[]` entries of a response: the
+whole choice (`whole`), or stream pieces as the text arrives (`start`, `text`, `end`; each
+returns the entries to send, one chunk each; the last entry of `end` carries the
+finish_reason). `CompletionReply` shapes /v1/completions, `ChatReply` /v1/chat/completions,
+with tool calls parsed out of the text when the request offers tools.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from duo.service.tools import ToolCall, ToolCallStream, Tools, parse_tool_calls
+
+Entry = dict[str, Any]
+
+
+class Reply(Protocol):
+    def start(self) -> list[Entry]: ...
+
+    def text(self, text: str) -> list[Entry]: ...
+
+    def end(self, finish: str) -> list[Entry]: ...
+
+    def whole(self, text: str, finish: str) -> Entry: ...
+
+
+class CompletionReply:
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def _entry(self, text: str, finish: str | None) -> Entry:
+        return {"index": self.index, "text": text, "logprobs": None, "finish_reason": finish}
+
+    def start(self) -> list[Entry]:
+        return []
+
+    def text(self, text: str) -> list[Entry]:
+        return [self._entry(text, None)]
+
+    def end(self, finish: str) -> list[Entry]:
+        return [self._entry("", finish)]
+
+    def whole(self, text: str, finish: str) -> Entry:
+        return self._entry(text, finish)
+
+
+class ChatReply:
+    def __init__(self, index: int, tools: Tools | None = None) -> None:
+        self.index = index
+        self.tools = tools
+        self.stream = ToolCallStream(tools.names) if tools is not None else None
+
+    def _entry(self, delta: dict[str, Any], finish: str | None = None) -> Entry:
+        return {"index": self.index, "delta": delta, "logprobs": None, "finish_reason": finish}
+
+    def start(self) -> list[Entry]:
+        return [self._entry({"role": "assistant", "content": ""})]
+
+    def text(self, text: str) -> list[Entry]:
+        if self.stream is not None:
+            text = self.stream.feed(text)
+        return [self._entry({"content": text})] if text else []
+
+    def end(self, finish: str) -> list[Entry]:
+        out = []
+        if self.stream is not None:
+            rest, calls = self.stream.finish()
+            if rest:
+                out.append(self._entry({"content": rest}))
+            if calls:
+                out.append(self._entry({"tool_calls": _call_deltas(calls)}))
+                finish = "tool_calls"
+        out.append(self._entry({}, finish))
+        return out
+
+    def whole(self, text: str, finish: str) -> Entry:
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if self.tools is not None:
+            content, calls = parse_tool_calls(text, self.tools.names)
+            message["content"] = content
+            if calls:
+                message["tool_calls"] = [c.as_json() for c in calls]
+                finish = "tool_calls"
+        return {"index": self.index, "message": message, "logprobs": None, "finish_reason": finish}
+
+
+def _call_deltas(calls: list[ToolCall]) -> list[dict[str, Any]]:
+    """Whole calls as stream deltas, each with its position among the choice's calls."""
+    return [{"index": k, **c.as_json()} for k, c in enumerate(calls)]

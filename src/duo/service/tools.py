@@ -1,0 +1,352 @@
+"""Tool calling: `tools` and `tool_choice` in, through the model's own chat template, and
+OpenAI `tool_calls` out, parsed from the generated text.
+
+    tool_fields(body)        the request's tools and tool_choice, checked (None: no tools)
+    template_caps(render)    whether a chat template can show tools to the model
+    template_messages(...)   messages as templates expect them (tool-call arguments as objects)
+    parse_tool_calls(text)   (content, calls) from a finished generation
+    ToolCallStream           the same while the text streams: content goes out as it comes,
+                             text that may be a tool call is held back until it is whole
+
+The tools go to the template as the `tools` variable, as llama-server does in its `--jinja`
+mode and as Hugging Face's `apply_chat_template` does; a template that never shows them to
+the model cannot call them, and the lead refuses such requests instead of ignoring the tools.
+
+The text is read as llama.cpp's generic and Hermes parsers read it: `<tool_call>{"name": ...,
+"arguments": {...}}</tool_call>` blocks (Hermes 2 Pro, Qwen 2.5 and 3, SmolLM3 and more), or a
+reply that is nothing but such a JSON object, a list of them, or `{"tool_call": {...}}` /
+`{"tool_calls": [...]}` (llama.cpp's generic format). Only calls to offered functions count;
+anything else stays text. The output is never changed: a reply that holds no call is the
+generated text exactly.
+
+`tool_choice` "required" and a named function are not enforced by a grammar yet: the model
+is asked (a named choice shows the template that function alone) and its reply is parsed;
+`constraint()` gives the JSON schema a grammar sampler would enforce.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from duo.errors import UsageError
+
+MAX_TOOLS = 128  # OpenAI's bound
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+
+Message = dict[str, Any]
+Render = Callable[[list[Message], list[dict[str, Any]] | None], str]
+
+
+@dataclass(frozen=True)
+class Tools:
+    """The functions a request offers and how it wants them used."""
+
+    functions: list[dict[str, Any]]  # the request's `tools`, checked
+    choice: str  # "auto", "required", or the name of the function to call
+
+    @property
+    def names(self) -> set[str]:
+        return {t["function"]["name"] for t in self.functions}
+
+    def shown(self) -> list[dict[str, Any]]:
+        """The tools the template shows the model: a named choice shows that one alone."""
+        if self.choice in ("auto", "required"):
+            return self.functions
+        return [t for t in self.functions if t["function"]["name"] == self.choice]
+
+    def constraint(self) -> dict[str, Any] | None:
+        """The JSON schema of the reply a grammar would enforce ("auto": none): one call
+        ({"name", "arguments"}) to an allowed function."""
+        if self.choice == "auto":
+            return None
+        calls = [
+            {
+                "type": "object",
+                "properties": {
+                    "name": {"const": t["function"]["name"]},
+                    "arguments": t["function"].get("parameters") or {"type": "object"},
+                },
+                "required": ["name", "arguments"],
+            }
+            for t in self.shown()
+        ]
+        return calls[0] if len(calls) == 1 else {"oneOf": calls}
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+    id: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+# -- the request ----------------------------------------------------------------------------
+
+
+def tool_fields(body: dict[str, Any]) -> Tools | None:
+    """`tools` and `tool_choice`, checked; None when no tool may be called (no tools, or
+    tool_choice "none": then the tools are neither shown to the model nor parsed)."""
+    if body.get("functions") is not None or body.get("function_call") is not None:
+        raise UsageError(
+            "'functions' and 'function_call' are deprecated; use 'tools' and 'tool_choice'",
+            param="functions",
+        )
+    tools = body.get("tools")
+    choice = body.get("tool_choice")
+    if tools is None or tools == []:
+        if choice not in (None, "none", "auto"):
+            raise UsageError("'tool_choice' needs 'tools'", param="tool_choice")
+        return None
+    if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
+        raise UsageError(f"'tools' must be a list of at most {MAX_TOOLS} tools", param="tools")
+    functions = [_checked_tool(i, t) for i, t in enumerate(tools)]
+    names = [t["function"]["name"] for t in functions]
+    if len(set(names)) != len(names):
+        raise UsageError("'tools' names a function twice", param="tools")
+    if choice is None or choice == "auto":
+        return Tools(functions, "auto")
+    if choice == "none":
+        return None
+    if choice == "required":
+        return Tools(functions, "required")
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        function = choice.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str) or name not in names:
+            raise UsageError(
+                "'tool_choice' names a function that is not in 'tools'", param="tool_choice"
+            )
+        return Tools(functions, name)
+    raise UsageError(
+        "'tool_choice' must be 'none', 'auto', 'required' or "
+        '{"type": "function", "function": {"name": ...}}',
+        param="tool_choice",
+    )
+
+
+def _checked_tool(i: int, tool: Any) -> dict[str, Any]:
+    where = f"tools[{i}]"
+    if not isinstance(tool, dict) or tool.get("type") != "function":
+        raise UsageError(f'{where} must be {{"type": "function", "function": ...}}', param="tools")
+    function = tool.get("function")
+    if not isinstance(function, dict):
+        raise UsageError(f"{where} needs a 'function' object", param="tools")
+    name = function.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise UsageError(
+            f"{where}: a function name is 1 to 64 letters, digits, '_', '-' or '.'", param="tools"
+        )
+    description = function.get("description")
+    if description is not None and not isinstance(description, str):
+        raise UsageError(f"{where}: 'description' must be a string", param="tools")
+    parameters = function.get("parameters")
+    if parameters is not None and not isinstance(parameters, dict):
+        raise UsageError(f"{where}: 'parameters' must be a JSON schema object", param="tools")
+    return {"type": "function", "function": function}
+
+
+# -- the template ---------------------------------------------------------------------------
+
+_PROBE_NAME = "duo_probe_function"
+_PROBE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": _PROBE_NAME,
+        "description": "Looks something up.",
+        "parameters": {
+            "type": "object",
+            "properties": {"probe_argument": {"type": "string"}},
+            "required": ["probe_argument"],
+        },
+    },
+}
+
+
+@dataclass(frozen=True)
+class TemplateCaps:
+    """What a chat template can express (llama.cpp's chat_template_caps, in part)."""
+
+    supports_tools: bool  # it shows the tools to the model
+    supports_tool_calls: bool  # it shows earlier tool calls in the conversation
+    object_arguments: bool  # it wants tool-call arguments as objects, not JSON text
+
+    def as_json(self) -> dict[str, bool]:
+        return {
+            "supports_tools": self.supports_tools,
+            "supports_tool_calls": self.supports_tool_calls,
+            "requires_object_arguments": self.object_arguments,
+        }
+
+
+def template_caps(render: Render) -> TemplateCaps:
+    """Probe a template as llama.cpp's minja does: render a conversation with a tool and a
+    tool call, and look for them in the prompt."""
+    user: Message = {"role": "user", "content": "Look it up."}
+
+    def call(arguments: Any) -> list[Message]:
+        function = {"name": _PROBE_NAME, "arguments": arguments}
+        tool_call = {"id": "call_probe", "type": "function", "function": function}
+        return [
+            user,
+            {"role": "assistant", "content": None, "tool_calls": [tool_call]},
+            {"role": "tool", "tool_call_id": "call_probe", "content": "found"},
+        ]
+
+    arguments = {"probe_argument": "probe value"}
+    shown = '"probe_argument": "probe value"'
+    tools = _shows(render, [user], [_PROBE_TOOL], _PROBE_NAME)
+    objects = _shows(render, call(arguments), [_PROBE_TOOL], shown)
+    strings = not objects and _shows(render, call(json.dumps(arguments)), None, shown)
+    return TemplateCaps(tools, objects or strings, objects)
+
+
+def _shows(
+    render: Render, messages: list[Message], tools: list[dict[str, Any]] | None, text: str
+) -> bool:
+    """Whether the prompt rendered from these messages and tools holds `text`."""
+    try:
+        return text in render(messages, tools)
+    except Exception:  # a template may raise on what it does not know
+        return False
+
+
+def template_messages(messages: Sequence[Message], object_arguments: bool) -> list[Message]:
+    """The messages with each tool call's arguments as the template wants them: JSON text
+    (OpenAI's form) parsed into an object where the template writes it out with tojson."""
+    if not object_arguments:
+        return list(messages)
+    out = []
+    for m in messages:
+        calls = m.get("tool_calls")
+        if calls:
+            m = {**m, "tool_calls": [_object_arguments(c) for c in calls]}
+        out.append(m)
+    return out
+
+
+def _object_arguments(call: dict[str, Any]) -> dict[str, Any]:
+    function = call["function"]
+    try:
+        arguments = json.loads(function["arguments"])
+    except (TypeError, ValueError):
+        return call
+    return {**call, "function": {**function, "arguments": arguments}}
+
+
+# -- the reply ------------------------------------------------------------------------------
+
+
+def new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def parse_tool_calls(text: str, names: set[str]) -> tuple[str | None, list[ToolCall]]:
+    """(content, calls) of a reply. Without a call to one of `names`, the content is the
+    text exactly; with calls, the text around them without trailing whitespace (None if
+    nothing but whitespace is left)."""
+    if OPEN in text:
+        calls: list[ToolCall] = []
+        for block in _BLOCK.findall(text):
+            found = _calls(_json(block), names)
+            if found is None:
+                return text, []  # a block that is not a call: the reply is text
+            calls.extend(found)
+        content = _BLOCK.sub("", text).rstrip()
+        return content if content.strip() else None, calls
+    found = _calls(_json(text), names)
+    if found:
+        return None, found
+    return text, []
+
+
+def _json(text: str) -> Any:
+    text = text.strip()
+    if not text.startswith(("{", "[")):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _calls(value: Any, names: set[str]) -> list[ToolCall] | None:
+    """The calls a parsed JSON value holds, or None if it is not (only) calls."""
+    if isinstance(value, dict) and set(value) == {"tool_call"}:
+        value = value["tool_call"]
+    elif isinstance(value, dict) and set(value) == {"tool_calls"}:
+        value = value["tool_calls"]
+    items = value if isinstance(value, list) else [value]
+    calls = []
+    for item in items:
+        if not isinstance(item, dict):
+            return None
+        if isinstance(item.get("function"), dict):  # OpenAI's own shape
+            item = item["function"]
+        name = item.get("name")
+        arguments = item.get("arguments", item.get("parameters", {}))
+        if name not in names:
+            return None
+        if isinstance(arguments, str):
+            text = arguments
+        elif isinstance(arguments, dict):
+            text = json.dumps(arguments, ensure_ascii=False)
+        else:
+            return None
+        calls.append(ToolCall(name, text, new_call_id()))
+    return calls or None
+
+
+class ToolCallStream:
+    """Parse a reply while it streams: `feed` returns the content that can go out now,
+    `finish` the rest of the content and the calls.
+
+    Content goes out as it comes, except what may still turn into a call: from a possible
+    `<tool_call>` on (and the whitespace before it), or a whole reply that starts as JSON.
+    What `feed` and `finish` return, joined, is the content `parse_tool_calls` gives.
+    """
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+        self.text = ""
+        self.sent = 0  # characters of self.text already returned as content
+
+    def feed(self, piece: str) -> str:
+        self.text += piece
+        text = self.text
+        if not text.strip() or text.lstrip().startswith(("{", "[")):
+            return ""  # may be a bare JSON call: wait for the whole reply
+        opened = text.find(OPEN)
+        if opened < 0:  # hold back a partial "<tool_call>" at the end
+            opened = len(text)
+            for k in range(min(len(OPEN) - 1, len(text)), 0, -1):
+                if OPEN.startswith(text[-k:]):
+                    opened = len(text) - k
+                    break
+        safe = len(text[:opened].rstrip())  # and the whitespace before it
+        if safe <= self.sent:
+            return ""
+        out = text[self.sent : safe]
+        self.sent = safe
+        return out
+
+    def finish(self) -> tuple[str, list[ToolCall]]:
+        content, calls = parse_tool_calls(self.text, self.names)
+        content = content or ""
+        # Content returned so far is a prefix of the content (see feed).
+        rest = content[self.sent :] if content.startswith(self.text[: self.sent]) else ""
+        self.sent = len(self.text)
+        return rest, calls
