@@ -112,7 +112,9 @@ class Back:
             self.worker.stop()
 
     async def _connection(self) -> None:
-        headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+        headers = {p.MODEL_HEADER: _header_text(self.model.path.stem)}
+        if self.config.api_key:
+            headers["Authorization"] = f"Bearer {self.config.api_key}"
         secure = self.url.startswith("wss:")
         try:
             ws = await websockets.connect(
@@ -184,3 +186,8 @@ class Back:
         with contextlib.suppress(ConnectionClosed):
             while True:
                 await ws.send(await outbox.get())
+
+
+def _header_text(text: str) -> str:
+    """Text as an HTTP header value may carry it: printable ASCII, at most MAX_NAME bytes."""
+    return "".join(c if " " <= c <= "~" else "?" for c in text)[: p.MAX_NAME]

@@ -107,6 +107,9 @@ class DrafterEndpoint:
                 loop.call_soon_threadsafe(queue.put_nowait, msg)
 
             remote = Remote(hello.name or "back", send)
+            remote.host = ws.client.host if ws.client else ""
+            model = ws.headers.get(p.MODEL_HEADER, "")
+            remote.model = p.printable(model.encode("latin-1", "replace"))
             sender = asyncio.create_task(self._send_loop(ws, queue))
             self.backs.join(remote)
             log.info("drafter %s connected (%d connected)", remote.name, self.backs.connected)
@@ -178,6 +181,8 @@ class DrafterEndpoint:
             if isinstance(msg, p.DraftMsg):
                 session, end = msg.session, msg.start
             start, end = end, end + len(msg.tokens)
+            remote.last_seen = time.time()
+            remote.received += len(msg.tokens)
             self.backs.receive(remote, session, start, msg.tokens)
 
     async def _send_loop(self, ws: WebSocket, queue: asyncio.Queue[p.Message]) -> None:

@@ -33,6 +33,7 @@ PATH = "/v1/drafter"
 MAX_TOKENS_PER_FRAME = 1 << 16
 MAX_DRAFT_TOKENS = 256  # per DRAFT/APPEND frame: far more than a round verifies
 MAX_NAME = 64  # bytes of a drafter's name
+MODEL_HEADER = "x-duo-model"  # the back's draft model, shown on the lead's dashboard
 
 HELLO, WELCOME, REFUSE, BEGIN, COMMIT, END, DRAFT, APPEND = range(1, 9)
 

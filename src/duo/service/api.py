@@ -45,6 +45,7 @@ from duo.service.openai_format import (
     timings,
     usage,
 )
+from duo.service.origin import Origin
 
 log = logging.getLogger(__name__)
 
@@ -349,9 +350,12 @@ class Api:
         async def events() -> AsyncIterator[bytes]:
             if first is not None:
                 yield sse(first)
+            origin = Origin()
             async for event in self.lead.events(job):
                 if isinstance(event, Delta):
-                    yield sse(chunk(event.text, None))
+                    extension = origin.of(event)
+                    if extension is not None:
+                        yield sse({**chunk(event.text, None), "duo": extension})
                 elif isinstance(event, Done):
                     stats = event.stats
                     last = chunk("", event.finish_reason)

@@ -19,7 +19,7 @@ from typing import TextIO
 
 from duo.auth import KeySpec
 from duo.channel.backs import Backs
-from duo.core.engine import Finish
+from duo.core.engine import Finish, Round
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.core.text import Chunk, TextStream
@@ -46,6 +46,10 @@ class LeadConfig:
 @dataclass(frozen=True)
 class Delta:
     text: str
+    # Where the text came from: the draft source whose accepted tokens spelled it
+    # ("back:NAME", "model", "ngram", "suffix"), or None for the main model's own tokens.
+    source: str | None = None
+    tokens: int = 0  # tokens that spelled it (0 for text held back by a stop string)
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,17 @@ class Console:
         text = chunk if isinstance(chunk, str) else chunk.colored() if self.color else chunk.text
         self.out.write(text)
         self.out.flush()
+
+
+def deltas(chunk: Chunk, r: Round) -> list[Delta]:
+    """A round's text as deltas of one origin each: what the accepted draft tokens spelled
+    (with their source), then what the main model's own token spelled."""
+    drafted = min(r.accepted, len(r.tokens))  # an end-of-generation token is not emitted
+    parts = [
+        Delta(chunk.drafted, r.source, drafted),
+        Delta(chunk.own, None, len(r.tokens) - drafted),
+    ]
+    return [d for d in parts if d.text or d.tokens]
 
 
 class Lead:
@@ -196,8 +211,8 @@ class Lead:
             chunk = text.feed(r)
             if self.console:
                 self.console.show(chunk)
-            if chunk.text:
-                emit(Delta(chunk.text))
+            for delta in deltas(chunk, r):
+                emit(delta)
             if text.stopped:
                 finish = "stop"
                 break

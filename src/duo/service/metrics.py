@@ -17,10 +17,14 @@ class Metrics:
     requests: int = 0
     requests_failed: int = 0
     total: Stats = field(default_factory=Stats)  # all finished generations
+    # told of each finished generation, on the engine thread (the dashboard's feed)
+    listeners: list[Callable[[Stats], None]] = field(default_factory=list)
 
     def add(self, s: Stats) -> None:
         self.requests += 1
         self.total.merge(s)
+        for listener in self.listeners:
+            listener(s)
 
     def render(self) -> str:
         t, wire = self.total, self.wire
