@@ -2,14 +2,17 @@
 
     python scripts/web-screenshot.py http://127.0.0.1:5555 docs/web.png
 
-Drives the system's Chromium (DUO_CHROMIUM, default /usr/bin/chromium) with playwright.
+Drives the system's Chromium (DUO_CHROMIUM, default /usr/bin/chromium) with playwright,
+and keeps the PNG small with 64 colours (Pillow, which matplotlib brings along).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 
+from PIL import Image
 from playwright.sync_api import sync_playwright
 
 ARGS = [
@@ -20,7 +23,7 @@ ARGS = [
     "--no-first-run",
     "--disable-sync",
 ]
-PROMPT = "Write a Python function that reverses a list, with a short explanation."
+PROMPT = "Turn these settings into JSON: name = Ada, age = 36, city = London, language = Python."
 
 
 def main(url: str, out: str) -> None:
@@ -30,13 +33,18 @@ def main(url: str, out: str) -> None:
         )
         page = browser.new_page(viewport={"width": 1280, "height": 760})
         page.goto(url)
+        page.click("#show-settings")
+        page.fill("#set-temperature", "0")  # greedy: the same answer every time
+        page.click("#show-settings")
         page.fill("#prompt", PROMPT)
         page.click("#send")
         page.wait_for_selector("#send:not([disabled])", timeout=120_000)
         page.wait_for_selector(".msg.assistant .stats [data-stat=acceptance]")
         page.wait_for_timeout(1500)  # one more state event for the drafters panel
-        page.screenshot(path=out)
+        shot = page.screenshot()
         browser.close()
+    image = Image.open(io.BytesIO(shot)).convert("RGB")
+    image.quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(out, optimize=True)
 
 
 if __name__ == "__main__":

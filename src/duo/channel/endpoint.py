@@ -107,9 +107,7 @@ class DrafterEndpoint:
                 loop.call_soon_threadsafe(queue.put_nowait, msg)
 
             remote = Remote(hello.name or "back", send)
-            remote.host = ws.client.host if ws.client else ""
-            model = ws.headers.get(p.MODEL_HEADER, "")
-            remote.model = p.printable(model.encode("latin-1", "replace"))
+            remote.host, remote.model = _peer(ws)
             sender = asyncio.create_task(self._send_loop(ws, queue))
             self.backs.join(remote)
             log.info("drafter %s connected (%d connected)", remote.name, self.backs.connected)
@@ -191,6 +189,22 @@ class DrafterEndpoint:
             await ws.send_bytes(frame)
             self.wire.bytes_out += len(frame) + WS_HEADER
             self.wire.frames_out += 1
+
+
+def _peer(ws: WebSocket) -> tuple[str, str]:
+    """The back's address and draft model, for display: the model as the back tells it;
+    the address as a supervisor on loopback relays it, else as the connection shows it."""
+    host = ws.client.host if ws.client else ""
+    relayed = ws.headers.get(p.PEER_HEADER)
+    if relayed and host in ("127.0.0.1", "::1"):
+        host = relayed
+    model = ws.headers.get(p.MODEL_HEADER, "")
+    return shown(host), shown(model)
+
+
+def shown(header: str) -> str:
+    """A header's text as the dashboard may show it (see protocol.printable)."""
+    return p.printable(header.encode("latin-1", "replace"))
 
 
 async def _receive_bytes(ws: WebSocket) -> bytes:

@@ -12,6 +12,7 @@
   const DEFAULTS = { system: "", temperature: 0.8, max_tokens: 512, seed: "" };
   const MAIN = "main";
   const WINDOW_MS = 500; // tok/s over the last half second, for the chart
+  const MIN_SPAN_MS = 150; // a round's chunks arrive together: no rate over less than this
 
   // -- storage -------------------------------------------------------------------------
 
@@ -264,6 +265,10 @@
       stat(figures, "mal", `mean acceptance length ${fmt(t.mean_acceptance_length, 2)}`, t.mean_acceptance_length);
       stat(figures, "tokens", `${t.predicted_n} tokens`, t.predicted_n);
     } else {
+      // While streaming, each round's own token counts a round: tokens per round so far.
+      const own = s.bySource[MAIN] || 0;
+      const mal = own ? s.tokens / own : NaN;
+      stat(figures, "mal", `mean acceptance length ≈${fmt(mal, 2)}`, mal);
       stat(figures, "tokens", `${s.tokens} tokens`, s.tokens);
     }
     box.appendChild(figures);
@@ -493,9 +498,9 @@
           if (last && last.source === kept) last.text += content;
           else message.segments.push({ text: content, source: kept });
           arrivals.push([now, live.tokens]);
-          while (arrivals.length > 1 && now - arrivals[0][0] > WINDOW_MS) arrivals.shift();
+          while (arrivals.length > 2 && now - arrivals[1][0] >= WINDOW_MS) arrivals.shift();
           const span = now - arrivals[0][0];
-          if (span > 0) {
+          if (span >= MIN_SPAN_MS) {
             live.liveTps = ((live.tokens - arrivals[0][1]) * 1000) / span;
             if (live.curve.length < 400) live.curve.push([now - live.ttftMs, live.liveTps]);
           }
@@ -554,34 +559,38 @@
       tr.dataset.back = b.name;
       tr.dataset.id = String(b.id);
       const cells = [
-        b.name,
-        b.host,
-        b.model || "–",
-        b.drafted ? `${fmt(100 * b.acceptance_rate, 0)}% (${b.accepted}/${b.drafted})` : "–",
-        fmt(b.drafts_per_second, 1),
-        ago(s.time - b.last_seen),
+        ["who", b.name],
+        ["host", b.host],
+        ["acceptance", b.drafted ? `${fmt(100 * b.acceptance_rate, 0)}% (${b.accepted}/${b.drafted})` : "–"],
+        ["rate", fmt(b.drafts_per_second, 1)],
+        ["seen", ago(s.time - b.last_seen)],
       ];
-      const classes = ["name", "host", "model", "acceptance", "rate", "seen"];
-      cells.forEach((text, i) => {
+      for (const [cls, text] of cells) {
         const td = document.createElement("td");
-        td.className = classes[i];
+        td.className = cls;
         td.textContent = text;
         tr.appendChild(td);
-      });
+      }
       const swatch = document.createElement("span");
       swatch.className = "swatch tok src-" + colorOf(b.source);
       tr.firstChild.prepend(swatch);
+      const model = document.createElement("span");
+      model.className = "model";
+      model.textContent = b.model || "model not told";
+      tr.firstChild.appendChild(model);
       tbody.appendChild(tr);
     }
     $("no-backs").hidden = s.backs.length > 0;
   }
+
+  const VERBS = { join: "joined", leave: "left", present: "connected" };
 
   function logEvent(kind, back) {
     const li = document.createElement("li");
     li.className = kind;
     li.dataset.back = back.name;
     const when = new Date().toLocaleTimeString();
-    li.textContent = `${when} ${back.name} ${kind === "join" ? "joined" : "left"} (${back.host}${back.model ? ", " + back.model : ""})`;
+    li.textContent = `${when} ${back.name} ${VERBS[kind]} (${back.host}${back.model ? ", " + back.model : ""})`;
     const log = $("feed-log");
     log.prepend(li);
     while (log.children.length > 30) log.lastChild.remove();
@@ -608,8 +617,11 @@
         }
         if (!response.ok) throw new Error(`HTTP ${response.status}`);
         delay = 500;
+        let first = true;
         for await (const ev of sseEvents(response)) {
           const data = JSON.parse(ev.data);
+          if (ev.kind === "state" && first) for (const b of data.backs) logEvent("present", b);
+          if (ev.kind === "state") first = false;
           if (ev.kind === "state") drawLead(data);
           else if (ev.kind === "join" || ev.kind === "leave") logEvent(ev.kind, data.back);
           else if (ev.kind === "response") drawLastResponse(data.timings);
