@@ -35,7 +35,7 @@ class BackConfig:
     lead: str = "http://127.0.0.1:5555"  # --lead: the lead's URL
     max_ahead: int = 12  # --max-ahead: most tokens drafted past the committed ones
     api_key: str | None = None  # --api-key (or --api-key-file, DUO_DRAFTER_KEY, DUO_API_KEY)
-    name: str = ""  # --name: shown in the lead's logs
+    name: str = ""  # --name: shown in the lead's logs and on its web page
     cores: frozenset[int] | None = None  # --pin: cores of the drafter thread
     retry_max: float = 8.0  # seconds between reconnection attempts, at most
     tls: ssl.SSLContext | None = None  # verifies a wss:// lead (--ca-file); None: the system's

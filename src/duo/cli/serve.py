@@ -74,7 +74,9 @@ def add_back_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     auth.add_key_args(back, "the key to present to the lead: its API key or drafter key")
     auth.add_ca_file_arg(back)
-    back.add_argument("--name", default="", help="name shown in the lead's logs")
+    back.add_argument(
+        "--name", default="", help="name shown in the lead's logs and on its web page"
+    )
     back.add_argument("--pin", metavar="CORES", help="pin the drafter to cores, e.g. 1 or 2,3")
     back.set_defaults(func=cmd_back)
 
