@@ -341,3 +341,15 @@ def test_phone_width(site: tuple[Proc, str], browser: Browser) -> None:
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0
     assert w.errors == []
+
+
+def test_an_open_events_feed_does_not_hold_up_ctrl_c(cluster: Cluster) -> None:
+    """The feed's streams never end by themselves; the lead ends them when told to stop."""
+    proc, url = cluster.lead("--quiet")
+    with httpx.stream("GET", f"{url}/v1/duo/events", timeout=30) as events:
+        lines = events.iter_lines()
+        assert next(lines) == "event: state"
+        proc.popen.send_signal(signal.SIGINT)
+        assert proc.popen.wait(timeout=20) == 130  # 128 + SIGINT, as after any Ctrl-C
+        assert "Traceback" not in proc.output()
+        assert all(not line.startswith("data: {") or "model" in line for line in lines)

@@ -203,3 +203,17 @@ def test_the_page_carries_its_security_headers() -> None:
     assert r.headers["content-security-policy"] == CSP
     assert "'unsafe-inline'" not in CSP and "'unsafe-eval'" not in CSP
     assert r.headers["x-content-type-options"] == "nosniff"
+
+
+def test_closing_the_feed_ends_its_streams() -> None:
+    async def scenario() -> None:
+        feed = make_feed(Backs())
+        stream = feed.stream()
+        await next_event(stream, "state")
+        feed.close()
+        rest = [parse(data)[0] async for data in stream]
+        assert set(rest) <= {"state"}  # at most a state event already due, then the end
+        later = [data async for data in feed.stream()]
+        assert later == []  # a stream opened after close ends at once
+
+    asyncio.run(asyncio.wait_for(scenario(), 5))

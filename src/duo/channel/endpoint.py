@@ -199,10 +199,10 @@ def _peer(ws: WebSocket) -> tuple[str, str]:
     if relayed and host in ("127.0.0.1", "::1"):
         host = relayed
     model = ws.headers.get(p.MODEL_HEADER, "")
-    return shown(host), shown(model)
+    return _shown(host), _shown(model)
 
 
-def shown(header: str) -> str:
+def _shown(header: str) -> str:
     """A header's text as the dashboard may show it (see protocol.printable)."""
     return p.printable(header.encode("latin-1", "replace"))
 

@@ -21,6 +21,7 @@ from duo.service.web import Web
 class LeadService:
     lead: Lead
     app: Starlette
+    feed: Feed  # the web page's live events; close() it when the server is to stop
 
     def close(self) -> None:
         self.lead.close()
@@ -46,4 +47,4 @@ def build_lead(config: LeadConfig) -> LeadService:
     feed = Feed(backs, lead.health, lambda: metrics.total.by_source, lambda: metrics.requests)
     metrics.listeners.append(feed.finished)
     app.router.routes.extend(Web(feed, keys.allows_api).routes())
-    return LeadService(lead, app)
+    return LeadService(lead, app, feed)

@@ -54,11 +54,19 @@ class Feed:
         self.interval = interval
         self._subscribers: set[asyncio.Queue[bytes | None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
         self._ids: dict[Remote, int] = {}
         self._next_id = itertools.count(1)
         backs.watch(self._changed)
         for remote in backs.remotes:
             self._ids[remote] = next(self._next_id)
+
+    def close(self) -> None:
+        """End every stream, now and to come: the server is shutting down, and waits for
+        open responses (these never end by themselves). Callable from a signal handler."""
+        self._closed = True
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._publish, None)
 
     # -- publishing -----------------------------------------------------------------------
 
@@ -78,14 +86,22 @@ class Feed:
             self._ids.pop(remote, None)
         self._publish(data)
 
-    def _publish(self, data: bytes) -> None:
+    def _publish(self, data: bytes | None) -> None:
+        """Hand data to every subscriber; None ends their streams."""
         for queue in list(self._subscribers):
+            if data is None:
+                self._end(queue)
+                continue
             try:
                 queue.put_nowait(data)
             except asyncio.QueueFull:  # too slow: drop it, its stream ends
-                self._subscribers.discard(queue)
-                queue.get_nowait()
-                queue.put_nowait(None)
+                self._end(queue)
+
+    def _end(self, queue: asyncio.Queue[bytes | None]) -> None:
+        self._subscribers.discard(queue)
+        if queue.full():
+            queue.get_nowait()
+        queue.put_nowait(None)
 
     # -- subscribing ----------------------------------------------------------------------
 
@@ -93,6 +109,8 @@ class Feed:
         """One subscriber's events: the state first, then as they come, the state again
         every `interval` seconds."""
         self._loop = asyncio.get_running_loop()
+        if self._closed:
+            return
         queue: asyncio.Queue[bytes | None] = asyncio.Queue(MAX_PENDING)
         self._subscribers.add(queue)
         rates = Rates()

@@ -413,7 +413,13 @@
     const s = state.settings;
     const messages = [];
     if (s.system.trim()) messages.push({ role: "system", content: s.system });
-    for (const m of chat.messages) if (!m.error || m.content) messages.push({ role: m.role, content: m.content });
+    const turns = chat.messages;
+    turns.forEach((m, i) => {
+      const failed = (x) => x && x.role === "assistant" && x.error && !x.content;
+      // an exchange that produced nothing is left out, so that roles keep alternating
+      if (failed(m) || (m.role === "user" && failed(turns[i + 1]))) return;
+      messages.push({ role: m.role, content: m.content });
+    });
     const body = { model: "duo", messages, stream: true };
     const temperature = parseFloat(s.temperature);
     if (Number.isFinite(temperature)) body.temperature = temperature;
@@ -581,6 +587,7 @@
       tbody.appendChild(tr);
     }
     $("no-backs").hidden = s.backs.length > 0;
+    $("backs").hidden = s.backs.length === 0;
   }
 
   const VERBS = { join: "joined", leave: "left", present: "connected" };
