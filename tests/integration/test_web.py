@@ -105,12 +105,15 @@ def health(url: str) -> dict[str, Any]:
     return httpx.get(f"{url}/health", timeout=5).json()  # type: ignore[no-any-return]
 
 
-def chat(page: Page, text: str) -> dict[str, Any]:
-    """Send text from the page and wait for the answer; the timings of its last chunk."""
+def chat(page: Page, text: str, sent: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Send text from the page and wait for the answer; the timings of its last chunk.
+    The request's body is appended to `sent`."""
     with page.expect_response("**/v1/chat/completions", timeout=120 * MS) as info:
         page.fill("#prompt", text)
         page.click("#send")
     page.wait_for_selector("#send:not([disabled])", timeout=120 * MS)
+    if sent is not None:
+        sent.append(info.value.request.post_data_json)
     body = info.value.text()
     chunks = [
         json.loads(line[6:])
@@ -166,8 +169,17 @@ def test_chat_streams_with_the_backs_tokens_and_figures(
     page = w.page
     page.wait_for_selector(f'#backs tr[data-back="{BACK}"]')
     settings(page, "0", "80")
+    page.fill("#set-seed", "42")
+    page.fill("#set-system", "You are terse.")
 
-    t = chat(page, PROMPT)
+    sent: list[dict[str, Any]] = []
+    t = chat(page, PROMPT, sent)
+    assert sent[0]["stream"] is True
+    assert (sent[0]["temperature"], sent[0]["max_tokens"], sent[0]["seed"]) == (0, 80, 42)
+    assert sent[0]["messages"] == [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": PROMPT},
+    ]
 
     answer = page.locator(".msg.assistant").last
     assert answer.locator(".body").inner_text().strip()
@@ -257,7 +269,7 @@ def test_drafters_panel_shows_a_back_join_and_leave(
 
 def test_model_output_stays_text(site: tuple[Proc, str], browser: Browser) -> None:
     _, url = site
-    w = open_page(browser, url)
+    w = open_page(browser, url, permissions=["clipboard-read", "clipboard-write"])
     page = w.page
     settings(page, "0", "40")
     chat(page, HTML_PROMPT)
@@ -293,6 +305,12 @@ def test_model_output_stays_text(site: tuple[Proc, str], browser: Browser) -> No
     page.wait_for_selector(".msg.assistant pre code")
     messages = page.locator("#messages")
     assert messages.locator("script, img, svg, iframe").count() == 0
+    # The Markdown became structure, its text stayed text.
+    for tag, count in (("h3", 1), ("strong", 1), ("code", 2), ("ul li", 1), ("pre", 1)):
+        assert messages.locator(f".msg.assistant {tag}").count() == count, tag
+    page.locator(".msg.assistant .code .copy").click()
+    copied = page.evaluate("() => navigator.clipboard.readText()")
+    assert copied == "<script>alert(7)</script>"
     assert page.locator("#chat-list b").count() == 0
     for literal in ("<img src=x onerror=alert(3)>", "<script>alert(4)</script>", "<svg onload"):
         assert literal in messages.inner_text()

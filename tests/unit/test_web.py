@@ -11,9 +11,11 @@ from typing import Any
 import httpx
 import pytest
 from starlette.applications import Starlette
+from starlette.websockets import WebSocket
 
 from duo.auth import Keys
 from duo.channel.backs import Backs, Remote
+from duo.channel.endpoint import _peer
 from duo.core.engine import Round
 from duo.core.stats import SourceStats, Stats
 from duo.core.text import Chunk
@@ -217,3 +219,35 @@ def test_closing_the_feed_ends_its_streams() -> None:
         assert later == []  # a stream opened after close ends at once
 
     asyncio.run(asyncio.wait_for(scenario(), 5))
+
+
+def websocket(client: str, headers: dict[str, str]) -> WebSocket:
+    scope = {
+        "type": "websocket",
+        "path": "/v1/drafter",
+        "headers": [(k.encode(), v.encode("latin-1")) for k, v in headers.items()],
+        "client": (client, 40000),
+    }
+
+    async def nothing() -> Any:
+        raise AssertionError("not used")
+
+    return WebSocket(scope, nothing, nothing)
+
+
+@pytest.mark.parametrize(
+    ("client", "headers", "expected"),
+    [
+        ("10.0.0.9", {"x-duo-model": "draft-q4"}, ("10.0.0.9", "draft-q4")),
+        ("10.0.0.9", {}, ("10.0.0.9", "")),
+        # a supervisor on loopback relays the address it saw; anyone else cannot
+        ("127.0.0.1", {"x-duo-peer": "10.0.0.5"}, ("10.0.0.5", "")),
+        ("10.0.0.9", {"x-duo-peer": "1.2.3.4"}, ("10.0.0.9", "")),
+        # shown, never trusted: no control characters, at most 64 bytes
+        ("10.0.0.9", {"x-duo-model": "a\x1b[31mb" + "x" * 100}, ("10.0.0.9", "a[31mb" + "x" * 57)),
+    ],
+)
+def test_what_the_dashboard_shows_of_a_back(
+    client: str, headers: dict[str, str], expected: tuple[str, str]
+) -> None:
+    assert _peer(websocket(client, headers)) == expected
