@@ -2,7 +2,7 @@
 
     python scripts/web-screenshot.py http://127.0.0.1:5555 docs/web.png
 
-Drives the system's Chromium (DUO_CHROMIUM, default /usr/bin/chromium) with playwright,
+Drives the system's Chromium (DUO_CHROMIUM, default `chromium` on PATH) with playwright,
 and keeps the PNG small with 64 colours (Pillow, which matplotlib brings along).
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import sys
 
 from PIL import Image
@@ -29,7 +30,7 @@ PROMPT = "Turn these settings into JSON: name = Ada, age = 36, city = London, la
 def main(url: str, out: str) -> None:
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
-            executable_path=os.environ.get("DUO_CHROMIUM", "/usr/bin/chromium"), args=ARGS
+            executable_path=os.environ.get("DUO_CHROMIUM") or shutil.which("chromium"), args=ARGS
         )
         page = browser.new_page(viewport={"width": 1280, "height": 760})
         page.goto(url)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 KEY = "web-test-key"
 BACK = "web-back"
-CHROMIUM = os.environ.get("DUO_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM = os.environ.get("DUO_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = [
     "--no-sandbox",
     "--disable-background-networking",
