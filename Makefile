@@ -10,7 +10,10 @@ STAMP := $(VENV)/.duo-installed
 # Emulate two devices on one box: main on core 0, drafter on core 1 (when there are two).
 PIN := $(shell $(PYTHON) -c "import os; print('--pin 0:1' if len(os.sched_getaffinity(0)) > 1 else '')" 2>/dev/null)
 
-.PHONY: setup models demo test unit lint clean
+# The web page's tests drive Chromium: Debian's package, unless DUO_CHROMIUM names a binary.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: setup models browser demo test unit lint clean
 
 setup: $(STAMP)
 
@@ -24,6 +27,12 @@ $(STAMP): pyproject.toml scripts/llama-wheel.sh scripts/cpu-flags.sh
 models: setup
 	@$(BIN)/duo models prepare smollm2
 
+browser:
+	@test -n "$$DUO_CHROMIUM" || command -v chromium >/dev/null || { \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    $(SUDO) apt-get install -y --no-install-recommends chromium \
+	    || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends chromium; }; }
+
 demo: models
 	$(BIN)/duo demo $(PIN)
 
@@ -35,7 +44,7 @@ lint: setup
 unit: setup
 	$(BIN)/python -m pytest tests/unit -q
 
-test: lint models
+test: lint models browser
 	$(BIN)/python -m pytest -q
 
 clean:

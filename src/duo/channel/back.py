@@ -35,7 +35,7 @@ class BackConfig:
     lead: str = "http://127.0.0.1:5555"  # --lead: the lead's URL
     max_ahead: int = 12  # --max-ahead: most tokens drafted past the committed ones
     api_key: str | None = None  # --api-key (or --api-key-file, DUO_DRAFTER_KEY, DUO_API_KEY)
-    name: str = ""  # --name: shown in the lead's logs
+    name: str = ""  # --name: shown in the lead's logs and on its web page
     cores: frozenset[int] | None = None  # --pin: cores of the drafter thread
     retry_max: float = 8.0  # seconds between reconnection attempts, at most
     tls: ssl.SSLContext | None = None  # verifies a wss:// lead (--ca-file); None: the system's
@@ -112,7 +112,9 @@ class Back:
             self.worker.stop()
 
     async def _connection(self) -> None:
-        headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+        headers = {p.MODEL_HEADER: _header_text(self.model.path.stem)}
+        if self.config.api_key:
+            headers["Authorization"] = f"Bearer {self.config.api_key}"
         secure = self.url.startswith("wss:")
         try:
             ws = await websockets.connect(
@@ -184,3 +186,8 @@ class Back:
         with contextlib.suppress(ConnectionClosed):
             while True:
                 await ws.send(await outbox.get())
+
+
+def _header_text(text: str) -> str:
+    """Text as an HTTP header value may carry it: printable ASCII, at most MAX_NAME bytes."""
+    return "".join(c if " " <= c <= "~" else "?" for c in text)[: p.MAX_NAME]

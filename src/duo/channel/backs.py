@@ -10,6 +10,7 @@ whose tokens it has checked against the vocabulary.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -27,6 +28,11 @@ class Remote:
     send: Callable[[p.Message], None]  # to this back; callable from any thread
     lock: threading.Lock = field(default_factory=threading.Lock)
     draft: Draft | None = None  # guarded by lock
+    host: str = ""  # the peer's address, as the lead sees it
+    model: str = ""  # the draft model's name, as the back tells it (unchecked)
+    joined: float = field(default_factory=time.time)
+    last_seen: float = field(default_factory=time.time)  # its last frame
+    received: int = 0  # draft tokens received
 
     @property
     def source(self) -> str:
@@ -39,10 +45,20 @@ class Backs:
         self._lock = threading.Lock()  # orders joins against begin/commit
         self.session = 0
         self._committed: list[int] | None = None
+        self._listeners: list[Callable[[str, Remote], None]] = []
 
     @property
     def connected(self) -> int:
         return len(self._remotes)
+
+    @property
+    def remotes(self) -> tuple[Remote, ...]:
+        return self._remotes
+
+    def watch(self, listener: Callable[[str, Remote], None]) -> None:
+        """Call listener("join" | "leave", remote) as backs come and go (on the thread of
+        the transport: the event loop)."""
+        self._listeners.append(listener)
 
     # -- DraftSource: called on the engine thread ---------------------------------------
 
@@ -93,10 +109,16 @@ class Backs:
             self._remotes = (*self._remotes, remote)
             if self._committed is not None:  # joining mid-generation: catch up first
                 remote.send(p.Begin(self.session, tuple(self._committed)))
+        self._tell("join", remote)
 
     def leave(self, remote: Remote) -> None:
         with self._lock:
             self._remotes = tuple(r for r in self._remotes if r is not remote)
+        self._tell("leave", remote)
+
+    def _tell(self, change: str, remote: Remote) -> None:
+        for listener in self._listeners:
+            listener(change, remote)
 
     def receive(self, remote: Remote, session: int, start: int, tokens: tuple[int, ...]) -> None:
         """Guesses for positions start, start+1, ... of `session` (stale sessions are

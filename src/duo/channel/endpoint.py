@@ -107,6 +107,7 @@ class DrafterEndpoint:
                 loop.call_soon_threadsafe(queue.put_nowait, msg)
 
             remote = Remote(hello.name or "back", send)
+            remote.host, remote.model = _peer(ws)
             sender = asyncio.create_task(self._send_loop(ws, queue))
             self.backs.join(remote)
             log.info("drafter %s connected (%d connected)", remote.name, self.backs.connected)
@@ -178,6 +179,8 @@ class DrafterEndpoint:
             if isinstance(msg, p.DraftMsg):
                 session, end = msg.session, msg.start
             start, end = end, end + len(msg.tokens)
+            remote.last_seen = time.time()
+            remote.received += len(msg.tokens)
             self.backs.receive(remote, session, start, msg.tokens)
 
     async def _send_loop(self, ws: WebSocket, queue: asyncio.Queue[p.Message]) -> None:
@@ -186,6 +189,22 @@ class DrafterEndpoint:
             await ws.send_bytes(frame)
             self.wire.bytes_out += len(frame) + WS_HEADER
             self.wire.frames_out += 1
+
+
+def _peer(ws: WebSocket) -> tuple[str, str]:
+    """The back's address and draft model, for display: the model as the back tells it;
+    the address as a supervisor on loopback relays it, else as the connection shows it."""
+    host = ws.client.host if ws.client else ""
+    relayed = ws.headers.get(p.PEER_HEADER)
+    if relayed and host in ("127.0.0.1", "::1"):
+        host = relayed
+    model = ws.headers.get(p.MODEL_HEADER, "")
+    return _shown(host), _shown(model)
+
+
+def _shown(header: str) -> str:
+    """A header's text as the dashboard may show it (see protocol.printable)."""
+    return p.printable(header.encode("latin-1", "replace"))
 
 
 async def _receive_bytes(ws: WebSocket) -> bytes:

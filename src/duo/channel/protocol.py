@@ -33,6 +33,10 @@ PATH = "/v1/drafter"
 MAX_TOKENS_PER_FRAME = 1 << 16
 MAX_DRAFT_TOKENS = 256  # per DRAFT/APPEND frame: far more than a round verifies
 MAX_NAME = 64  # bytes of a drafter's name
+# Shown on the lead's dashboard, never trusted: the back's draft model, and the back's
+# address as `duo lead --rpc`'s supervisor saw it (taken from loopback peers only).
+MODEL_HEADER = "x-duo-model"
+PEER_HEADER = "x-duo-peer"
 
 HELLO, WELCOME, REFUSE, BEGIN, COMMIT, END, DRAFT, APPEND = range(1, 9)
 

@@ -7,6 +7,9 @@ import asyncio
 import logging
 import os
 import sys
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING
 
 from duo import auth
 from duo.cli.args import (
@@ -24,6 +27,9 @@ from duo.llama.rpc import setup_rpc
 from duo.net import check_port, free_port, is_loopback
 from duo.service.config import parse_pin
 from duo.service.supervise import WORKER_ENV
+
+if TYPE_CHECKING:
+    import uvicorn
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +89,9 @@ def add_back_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     auth.add_key_args(back, "the key to present to the lead: its API key or drafter key")
     auth.add_ca_file_arg(back)
-    back.add_argument("--name", default="", help="name shown in the lead's logs")
+    back.add_argument(
+        "--name", default="", help="name shown in the lead's logs and on its web page"
+    )
     back.add_argument("--pin", metavar="CORES", help="pin the drafter to cores, e.g. 1 or 2,3")
     back.set_defaults(func=cmd_back)
 
@@ -136,7 +144,8 @@ def cmd_lead(args: argparse.Namespace) -> int:
             f"duo lead: {models.main.name}{local} on {url} (drafters: duo back --lead {url})",
             flush=True,
         )
-        server = uvicorn.Server(
+        server = _server(
+            service.feed.close,
             uvicorn.Config(
                 service.app,
                 host=args.host,
@@ -146,7 +155,7 @@ def cmd_lead(args: argparse.Namespace) -> int:
                 ws_max_size=WS_MAX_SIZE,
                 ssl_keyfile=tls.keyfile if tls else None,
                 ssl_certfile=tls.certfile if tls else None,
-            )
+            ),
         )
         server.run()
     finally:
@@ -157,6 +166,19 @@ def cmd_lead(args: argparse.Namespace) -> int:
 def _public_url(host: str, port: int, tls: auth.ServerTls | None) -> str:
     host = f"[{host}]" if ":" in host else host
     return f"{'https' if tls else 'http'}://{host}:{port}"
+
+
+def _server(on_exit: Callable[[], None], config: uvicorn.Config) -> uvicorn.Server:
+    """A uvicorn server that calls on_exit when told to stop (Ctrl-C, SIGTERM), before it
+    waits for the open responses: the events feed's streams end then, not never."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            on_exit()
+            super().handle_exit(sig, frame)
+
+    return Server(config)
 
 
 def supervise_lead(args: argparse.Namespace, tls: auth.ServerTls | None = None) -> int:

@@ -55,6 +55,7 @@ from duo.service.openai_format import (
     usage,
 )
 from duo.service.openapi import openapi_schema
+from duo.service.origin import Origin
 from duo.service.replies import ChatReply, CompletionReply, Entry, Reply
 from duo.service.tools import TemplateCaps, Tools, template_caps, template_messages, tool_fields
 
@@ -385,11 +386,15 @@ class Api:
                 for entry in reply.start():
                     yield sse(chunk(entry))
             stats: dict[int, Stats] = {}
+            origins = [Origin() for _ in jobs]  # the duo field: where each chunk came from
             async with aclosing(merged_events(self.lead, jobs)) as merged:
                 async for index, event in merged:
                     if isinstance(event, Delta):
+                        extension = origins[index].of(event)
+                        if extension is None:
+                            continue
                         for entry in replies[index].text(event.text):
-                            yield sse(chunk(entry))
+                            yield sse({**chunk(entry), "duo": extension})
                     elif isinstance(event, Done):
                         stats[index] = event.stats
                         *entries, last = replies[index].end(event.finish_reason)

@@ -10,15 +10,18 @@ from duo.auth import as_keys
 from duo.channel.backs import Backs
 from duo.channel.endpoint import DrafterEndpoint
 from duo.service.api import Api
+from duo.service.feed import Feed
 from duo.service.lead import Console, Lead, LeadConfig
 from duo.service.metrics import Metrics
 from duo.service.session import Session
+from duo.service.web import Web
 
 
 @dataclass(frozen=True)
 class LeadService:
     lead: Lead
     app: Starlette
+    feed: Feed  # the web page's live events; close() it when the server is to stop
 
     def close(self) -> None:
         self.lead.close()
@@ -41,4 +44,7 @@ def build_lead(config: LeadConfig) -> LeadService:
         session.close()
         raise
     app = Api(lead, metrics, drafters, keys.allows_api, config.max_body).app()
-    return LeadService(lead, app)
+    feed = Feed(backs, lead.health, lambda: metrics.total.by_source, lambda: metrics.requests)
+    metrics.listeners.append(feed.finished)
+    app.router.routes.extend(Web(feed, keys.allows_api).routes())
+    return LeadService(lead, app, feed)

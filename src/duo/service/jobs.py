@@ -40,6 +40,10 @@ class Job:
 @dataclass(frozen=True)
 class Delta:
     text: str
+    # Where the text came from: the draft source whose accepted tokens spelled it
+    # ("back:NAME", "model", "ngram", "suffix"), or None for the main model's own tokens.
+    source: str | None = None
+    tokens: int = 0  # tokens that spelled it (0 for text held back by a stop string)
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,17 @@ class Failed:
 
 
 Event = Delta | Done | Failed
+
+
+def deltas(chunk: Chunk, r: Round) -> list[Delta]:
+    """A round's text as deltas of one origin each: what the accepted draft tokens spelled
+    (with their source), then what the main model's own token spelled."""
+    drafted = min(r.accepted, len(r.tokens))  # an end-of-generation token is not emitted
+    parts = [
+        Delta(chunk.drafted, r.source, drafted),
+        Delta(chunk.own, None, len(r.tokens) - drafted),
+    ]
+    return [d for d in parts if d.text or d.tokens]
 
 
 @dataclass(eq=False)
@@ -206,8 +221,8 @@ class Engine:
         chunk = running.text.feed(r)
         if self._show:
             self._show(running.slot, chunk)
-        if chunk.text:
-            running.ticket.emit(Delta(chunk.text))
+        for delta in deltas(chunk, r):
+            running.ticket.emit(delta)
         if running.text.stopped:
             self._end(running, "stop")
         elif r.finish:

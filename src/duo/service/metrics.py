@@ -19,10 +19,14 @@ class Metrics:
     total: Stats = field(default_factory=Stats)  # all finished generations
     # (busy slots, queued requests, slots) now: set by the lead
     load: Callable[[], tuple[int, int, int]] = lambda: (0, 0, 1)
+    # told of each finished generation, on the engine thread (the dashboard's feed)
+    listeners: list[Callable[[Stats], None]] = field(default_factory=list)
 
     def add(self, s: Stats) -> None:
         self.requests += 1
         self.total.merge(s)
+        for listener in self.listeners:
+            listener(s)
 
     def fail(self) -> None:
         self.requests_failed += 1

@@ -220,9 +220,14 @@ class Supervisor:
             return
         url = self.worker.url.replace("http://", "ws://") + protocol.PATH
         auth = ws.headers.get("authorization")
+        headers = {"Authorization": auth} if auth else {}
+        if model := ws.headers.get(protocol.MODEL_HEADER):  # for the dashboard
+            headers[protocol.MODEL_HEADER] = model
+        if ws.client:
+            headers[protocol.PEER_HEADER] = ws.client.host
         try:
             async with websockets.connect(
-                url, additional_headers={"Authorization": auth} if auth else {}, compression=None
+                url, additional_headers=headers, compression=None
             ) as inner:
                 await _pump(ws, inner)
         except (OSError, websockets.exceptions.WebSocketException):

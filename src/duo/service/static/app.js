@@ -1,0 +1,704 @@
+// duo's web page: a streaming chat whose accepted draft tokens are coloured by where they
+// came from, the figures of each response, and the drafters connected to the lead.
+//
+// Model text only ever reaches the page as text nodes (see markdown.js). The page talks to
+// the lead's own API: /v1/chat/completions (SSE; each chunk's `duo` field names the
+// source of its text), /v1/models (to check the key) and /v1/duo/events (the live feed).
+"use strict";
+
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const STORE = { chats: "duo.chats", current: "duo.current", settings: "duo.settings", key: "duo.key" };
+  const DEFAULTS = { system: "", temperature: 0.8, max_tokens: 512, seed: "" };
+  const MAIN = "main";
+  const WINDOW_MS = 500; // tok/s over the last half second, for the chart
+  const MIN_SPAN_MS = 150; // a round's chunks arrive together: no rate over less than this
+
+  // -- storage -------------------------------------------------------------------------
+
+  function load(name, fallback) {
+    try {
+      const raw = localStorage.getItem(name);
+      return raw === null ? fallback : JSON.parse(raw);
+    } catch (e) {
+      return fallback;
+    }
+  }
+
+  function save(name, value) {
+    try {
+      localStorage.setItem(name, JSON.stringify(value));
+    } catch (e) {
+      /* full or disabled: the page still works, it just forgets */
+    }
+  }
+
+  const state = {
+    chats: load(STORE.chats, []),
+    current: load(STORE.current, null),
+    settings: Object.assign({}, DEFAULTS, load(STORE.settings, {})),
+    key: load(STORE.key, ""),
+    colors: {}, // source -> colour index, in order of appearance
+    running: null, // {controller, message}
+  };
+
+  function currentChat() {
+    let chat = state.chats.find((c) => c.id === state.current);
+    if (!chat) {
+      chat = { id: String(Date.now()) + Math.random().toString(16).slice(2, 6), title: "New chat", messages: [] };
+      state.chats.unshift(chat);
+      state.current = chat.id;
+    }
+    return chat;
+  }
+
+  function persist() {
+    save(STORE.chats, state.chats.slice(0, 50));
+    save(STORE.current, state.current);
+  }
+
+  // -- sources and colours -----------------------------------------------------------------
+
+  function label(source) {
+    if (source === MAIN || source === null) return "main model";
+    if (source.startsWith("back:")) return "back " + source.slice(5);
+    return { model: "local draft model", ngram: "n-gram lookup", suffix: "suffix cache" }[source] || source;
+  }
+
+  function colorOf(source) {
+    if (!(source in state.colors)) state.colors[source] = Object.keys(state.colors).length % 8;
+    return state.colors[source];
+  }
+
+  function drawLegend(chat) {
+    const legend = $("legend");
+    legend.replaceChildren();
+    const seen = new Set();
+    for (const m of chat.messages) for (const s of m.segments || []) if (s.source) seen.add(s.source);
+    if (seen.size === 0) return;
+    const title = document.createElement("span");
+    title.textContent = "accepted draft tokens from:";
+    legend.appendChild(title);
+    for (const source of seen) {
+      const item = document.createElement("span");
+      item.className = "tok src-" + colorOf(source);
+      item.dataset.source = source;
+      item.textContent = label(source);
+      legend.appendChild(item);
+    }
+    const plain = document.createElement("span");
+    plain.className = "plain";
+    plain.textContent = "plain: the main model's own";
+    legend.appendChild(plain);
+  }
+
+  // -- copying -----------------------------------------------------------------------------
+
+  function copyButton(getText) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "copy";
+    button.textContent = "Copy";
+    button.addEventListener("click", async () => {
+      const text = getText();
+      try {
+        await navigator.clipboard.writeText(text);
+      } catch (e) {
+        const area = document.createElement("textarea");
+        area.value = text;
+        document.body.appendChild(area);
+        area.select();
+        document.execCommand("copy");
+        area.remove();
+      }
+      button.textContent = "Copied";
+      setTimeout(() => (button.textContent = "Copy"), 1200);
+    });
+    return button;
+  }
+
+  // -- rendering messages ---------------------------------------------------------------
+
+  // A leaf function for markdown.js: text[start:end], split where its origin changes.
+  function leafFor(text, segments) {
+    const bounds = [];
+    let at = 0;
+    for (const s of segments) {
+      bounds.push({ start: at, end: at + s.text.length, source: s.source });
+      at += s.text.length;
+    }
+    return function leaf(parent, start, end) {
+      let lo = 0;
+      let hi = bounds.length - 1;
+      while (lo < hi) {
+        const mid = (lo + hi) >> 1;
+        if (bounds[mid].end <= start) lo = mid + 1;
+        else hi = mid;
+      }
+      if (!bounds.length) return;
+      for (let i = lo; i < bounds.length && start < end; i++) {
+        const b = bounds[i];
+        const stop = Math.min(end, b.end);
+        if (stop <= start) continue;
+        const piece = text.slice(start, stop);
+        if (b.source) {
+          const span = document.createElement("span");
+          span.className = "tok src-" + colorOf(b.source);
+          span.dataset.source = b.source;
+          span.title = label(b.source);
+          span.textContent = piece;
+          parent.appendChild(span);
+        } else {
+          parent.appendChild(document.createTextNode(piece));
+        }
+        start = stop;
+      }
+    };
+  }
+
+  function renderBody(body, message) {
+    const segments = message.segments || [{ text: message.content, source: null }];
+    const text = segments.map((s) => s.text).join("");
+    body.replaceChildren(window.duoMarkdown.render(text, leafFor(text, segments), copyButton));
+  }
+
+  function messageNode(message) {
+    const node = document.createElement("article");
+    node.className = "msg " + message.role;
+    const body = document.createElement("div");
+    body.className = "body";
+    node.appendChild(body);
+    if (message.role === "user") body.textContent = message.content;
+    else renderBody(body, message);
+    const tools = document.createElement("div");
+    tools.className = "tools";
+    tools.appendChild(copyButton(() => message.content));
+    node.appendChild(tools);
+    if (message.error) showError(node, message.error);
+    if (message.stats) showStats(node, message);
+    return node;
+  }
+
+  function showError(node, text) {
+    let box = node.querySelector(".error");
+    if (!box) {
+      box = document.createElement("p");
+      box.className = "error";
+      node.insertBefore(box, node.querySelector(".tools"));
+    }
+    box.textContent = text;
+  }
+
+  function drawChat() {
+    const chat = currentChat();
+    const list = $("messages");
+    list.replaceChildren(...chat.messages.map(messageNode));
+    list.scrollTop = list.scrollHeight;
+    drawLegend(chat);
+    drawChatList();
+  }
+
+  function drawChatList() {
+    const ul = $("chat-list");
+    ul.replaceChildren();
+    for (const chat of state.chats) {
+      const li = document.createElement("li");
+      const open = document.createElement("button");
+      open.type = "button";
+      open.className = "chat-title" + (chat.id === state.current ? " current" : "");
+      open.textContent = chat.title;
+      open.addEventListener("click", () => {
+        if (state.running) return;
+        state.current = chat.id;
+        persist();
+        drawChat();
+      });
+      const remove = document.createElement("button");
+      remove.type = "button";
+      remove.className = "remove";
+      remove.title = "Delete this chat";
+      remove.textContent = "×";
+      remove.addEventListener("click", () => {
+        if (state.running) return;
+        state.chats = state.chats.filter((c) => c !== chat);
+        if (state.current === chat.id) state.current = state.chats.length ? state.chats[0].id : null;
+        persist();
+        drawChat();
+      });
+      li.append(open, remove);
+      ul.appendChild(li);
+    }
+  }
+
+  // -- statistics of a response -----------------------------------------------------------
+
+  function fmt(value, digits) {
+    return Number.isFinite(value) ? value.toFixed(digits) : "–";
+  }
+
+  function stat(parent, name, text, value) {
+    const item = document.createElement("span");
+    item.className = "stat";
+    item.dataset.stat = name;
+    item.dataset.value = String(value);
+    item.textContent = text;
+    parent.appendChild(item);
+  }
+
+  function showStats(node, message) {
+    const s = message.stats;
+    let box = node.querySelector(".stats");
+    if (!box) {
+      box = document.createElement("div");
+      box.className = "stats";
+      node.insertBefore(box, node.querySelector(".tools"));
+    }
+    box.replaceChildren();
+    const figures = document.createElement("div");
+    figures.className = "figures";
+    const t = s.timings;
+    const tps = t ? t.predicted_per_second : s.liveTps;
+    stat(figures, "tps", `${fmt(tps, 1)} tok/s`, tps);
+    stat(figures, "ttft", `TTFT ${fmt(s.ttftMs, 0)} ms`, s.ttftMs);
+    if (t) {
+      stat(figures, "acceptance", `acceptance ${fmt(100 * t.acceptance_rate, 0)}%`, t.acceptance_rate);
+      stat(figures, "mal", `mean acceptance length ${fmt(t.mean_acceptance_length, 2)}`, t.mean_acceptance_length);
+      stat(figures, "tokens", `${t.predicted_n} tokens`, t.predicted_n);
+    } else {
+      // While streaming, each round's own token counts a round: tokens per round so far.
+      const own = s.bySource[MAIN] || 0;
+      const mal = own ? s.tokens / own : NaN;
+      stat(figures, "mal", `mean acceptance length ≈${fmt(mal, 2)}`, mal);
+      stat(figures, "tokens", `${s.tokens} tokens`, s.tokens);
+    }
+    box.appendChild(figures);
+    const shares = document.createElement("div");
+    shares.className = "shares";
+    const total = Object.values(s.bySource).reduce((a, b) => a + b, 0);
+    const names = Object.keys(s.bySource).sort((a, b) => s.bySource[b] - s.bySource[a]);
+    for (const source of names) {
+      const n = s.bySource[source];
+      const item = document.createElement("span");
+      item.className = "share" + (source === MAIN ? "" : " tok src-" + colorOf(source));
+      item.dataset.source = source;
+      item.dataset.tokens = String(n);
+      item.dataset.share = String(total ? n / total : 0);
+      item.textContent = `${label(source)} ${fmt(total ? (100 * n) / total : 0, 0)}% (${n})`;
+      shares.appendChild(item);
+    }
+    box.appendChild(shares);
+    if (s.curve && s.curve.length > 1) box.appendChild(chart(s.curve));
+    if (s.stopped) {
+      const note = document.createElement("span");
+      note.className = "muted";
+      note.textContent = "stopped";
+      box.appendChild(note);
+    }
+  }
+
+  // tok/s over the response: [[ms since the first token, tok/s], ...] on a small canvas.
+  function chart(curve) {
+    const canvas = document.createElement("canvas");
+    canvas.className = "chart";
+    const w = 240;
+    const h = 48;
+    const ratio = window.devicePixelRatio || 1;
+    canvas.width = w * ratio;
+    canvas.height = h * ratio;
+    canvas.style.width = w + "px";
+    canvas.style.height = h + "px";
+    canvas.title = "tok/s over the response";
+    const ctx = canvas.getContext("2d");
+    ctx.scale(ratio, ratio);
+    const tMax = Math.max(1, curve[curve.length - 1][0]);
+    const vMax = Math.max(1, ...curve.map((p) => p[1]));
+    ctx.strokeStyle = "#ccc";
+    ctx.beginPath();
+    ctx.moveTo(0, h - 0.5);
+    ctx.lineTo(w, h - 0.5);
+    ctx.stroke();
+    ctx.strokeStyle = "#2a6fdb";
+    ctx.lineWidth = 1.5;
+    ctx.beginPath();
+    curve.forEach(([t, v], i) => {
+      const x = (t / tMax) * (w - 2) + 1;
+      const y = h - 2 - (v / vMax) * (h - 14);
+      if (i === 0) ctx.moveTo(x, y);
+      else ctx.lineTo(x, y);
+    });
+    ctx.stroke();
+    ctx.fillStyle = "#666";
+    ctx.font = "10px sans-serif";
+    ctx.fillText(`${vMax.toFixed(0)} tok/s peak`, 4, 10);
+    return canvas;
+  }
+
+  // -- reading server-sent events over fetch (so that the key can go in a header) ----------
+
+  async function* sseEvents(response) {
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += decoder.decode(value, { stream: true }).replace(/\r\n/g, "\n");
+      let cut;
+      while ((cut = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, cut);
+        buffer = buffer.slice(cut + 2);
+        let kind = "message";
+        const data = [];
+        for (const line of block.split("\n")) {
+          if (line.startsWith("event:")) kind = line.slice(6).trim();
+          else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+        }
+        if (data.length) yield { kind, data: data.join("\n") };
+      }
+    }
+  }
+
+  function headers() {
+    const h = { "Content-Type": "application/json" };
+    if (state.key) h.Authorization = "Bearer " + state.key;
+    return h;
+  }
+
+  async function errorText(response) {
+    try {
+      const body = await response.json();
+      if (body && body.error && body.error.message) return body.error.message;
+    } catch (e) {
+      /* not JSON */
+    }
+    return `HTTP ${response.status}`;
+  }
+
+  // -- the key ---------------------------------------------------------------------------------
+
+  function askForKey(message) {
+    $("key-message").textContent = message;
+    $("key-box").hidden = false;
+    $("key-input").focus();
+  }
+
+  async function checkKey() {
+    let response;
+    try {
+      response = await fetch("/v1/models", { headers: headers() });
+    } catch (e) {
+      setStatus("lead unreachable", "bad");
+      return false;
+    }
+    if (response.status === 401) {
+      const why = await errorText(response);
+      askForKey(
+        state.key
+          ? `The lead refused this API key (${why}). Enter the key the lead was started with (duo lead --api-key).`
+          : "This lead needs an API key (it was started with --api-key). Enter it to chat."
+      );
+      return false;
+    }
+    $("key-box").hidden = true;
+    if (response.ok) {
+      const body = await response.json();
+      $("model").textContent = body.data && body.data[0] ? body.data[0].id : "";
+    }
+    return true;
+  }
+
+  // -- chatting ----------------------------------------------------------------------------------
+
+  function request(chat) {
+    const s = state.settings;
+    const messages = [];
+    if (s.system.trim()) messages.push({ role: "system", content: s.system });
+    const turns = chat.messages;
+    turns.forEach((m, i) => {
+      const failed = (x) => x && x.role === "assistant" && x.error && !x.content;
+      // an exchange that produced nothing is left out, so that roles keep alternating
+      if (failed(m) || (m.role === "user" && failed(turns[i + 1]))) return;
+      messages.push({ role: m.role, content: m.content });
+    });
+    const body = { model: "duo", messages, stream: true };
+    const temperature = parseFloat(s.temperature);
+    if (Number.isFinite(temperature)) body.temperature = temperature;
+    const maxTokens = parseInt(s.max_tokens, 10);
+    if (Number.isFinite(maxTokens) && maxTokens > 0) body.max_tokens = maxTokens;
+    const seed = parseInt(s.seed, 10);
+    if (Number.isFinite(seed)) body.seed = seed;
+    return body;
+  }
+
+  async function send(text) {
+    if (state.running || !text.trim()) return;
+    const chat = currentChat();
+    if (chat.messages.length === 0) chat.title = text.trim().slice(0, 40);
+    chat.messages.push({ role: "user", content: text });
+    const body = request(chat);
+    const message = { role: "assistant", content: "", segments: [], stats: null };
+    chat.messages.push(message);
+    persist();
+    drawChat();
+    const node = $("messages").lastChild;
+    node.classList.add("streaming");
+    const controller = new AbortController();
+    state.running = { controller, message };
+    setRunning(true);
+    const started = performance.now();
+    const live = { tokens: 0, ttftMs: NaN, bySource: {}, curve: [], liveTps: NaN, timings: null, stopped: false };
+    const arrivals = []; // [ms, tokens so far]
+    let pending = false;
+    const redraw = () => {
+      pending = false;
+      renderBody(node.querySelector(".body"), message);
+      drawLegend(chat);
+      message.stats = live;
+      showStats(node, message);
+      const list = $("messages");
+      list.scrollTop = list.scrollHeight;
+    };
+    const schedule = () => {
+      if (!pending) {
+        pending = true;
+        requestAnimationFrame(redraw);
+      }
+    };
+    try {
+      const response = await fetch("/v1/chat/completions", {
+        method: "POST",
+        headers: headers(),
+        body: JSON.stringify(body),
+        signal: controller.signal,
+      });
+      if (!response.ok) {
+        const why = await errorText(response);
+        if (response.status === 401) {
+          message.error = `The lead refused the API key: ${why}.`;
+          askForKey(`The lead refused the API key (${why}). Enter the right key and send again.`);
+        } else {
+          message.error = `The lead answered ${response.status}: ${why}`;
+        }
+        return;
+      }
+      for await (const ev of sseEvents(response)) {
+        if (ev.data === "[DONE]") break;
+        const chunk = JSON.parse(ev.data);
+        if (chunk.error) {
+          message.error = `Generation failed: ${chunk.error.message}`;
+          break;
+        }
+        const choice = chunk.choices && chunk.choices[0];
+        const content = choice && choice.delta ? choice.delta.content : null;
+        if (content) {
+          const now = performance.now() - started;
+          if (!Number.isFinite(live.ttftMs)) live.ttftMs = now;
+          const origin = chunk.duo || { source: null, tokens: 0 };
+          const source = origin.source || MAIN;
+          const tokens = origin.tokens || 0;
+          live.tokens += tokens;
+          live.bySource[source] = (live.bySource[source] || 0) + tokens;
+          message.content += content;
+          const last = message.segments[message.segments.length - 1];
+          const kept = source === MAIN ? null : source;
+          if (last && last.source === kept) last.text += content;
+          else message.segments.push({ text: content, source: kept });
+          arrivals.push([now, live.tokens]);
+          while (arrivals.length > 2 && now - arrivals[1][0] >= WINDOW_MS) arrivals.shift();
+          const span = now - arrivals[0][0];
+          if (span >= MIN_SPAN_MS) {
+            live.liveTps = ((live.tokens - arrivals[0][1]) * 1000) / span;
+            if (live.curve.length < 400) live.curve.push([now - live.ttftMs, live.liveTps]);
+          }
+          schedule();
+        }
+        if (chunk.timings) live.timings = chunk.timings;
+      }
+    } catch (e) {
+      if (e.name === "AbortError") live.stopped = true;
+      else message.error = `The connection to the lead failed: ${e.message}`;
+    } finally {
+      state.running = null;
+      setRunning(false);
+      node.classList.remove("streaming");
+      message.stats = live.tokens || live.timings ? live : null;
+      if (!message.content && !message.error && live.stopped) message.error = "Stopped before any text.";
+      persist();
+      drawChat();
+    }
+  }
+
+  function stop() {
+    if (state.running) state.running.controller.abort();
+  }
+
+  function setRunning(running) {
+    $("send").disabled = running;
+    $("stop").disabled = !running;
+    document.body.classList.toggle("running", running);
+  }
+
+  // -- the drafters panel: the lead's live feed ----------------------------------------------
+
+  function ago(seconds) {
+    if (!Number.isFinite(seconds)) return "–";
+    if (seconds < 1) return "now";
+    if (seconds < 90) return `${seconds.toFixed(0)} s ago`;
+    return `${(seconds / 60).toFixed(0)} min ago`;
+  }
+
+  function setStatus(text, kind) {
+    const el = $("status");
+    el.textContent = text;
+    el.className = "pill " + (kind || "");
+  }
+
+  function drawLead(s) {
+    $("model").textContent = s.model || $("model").textContent;
+    setStatus(s.busy ? (s.queued ? `busy, ${s.queued} queued` : "busy") : "idle", s.busy ? "busy" : "ok");
+    $("lead-state").textContent =
+      `${s.busy ? "generating" : "idle"} · queued ${s.queued} · requests ${s.requests} · local drafter ${s.local_drafter ? "yes" : "no"}`;
+    const tbody = $("backs").querySelector("tbody");
+    tbody.replaceChildren();
+    for (const b of s.backs) {
+      const tr = document.createElement("tr");
+      tr.dataset.back = b.name;
+      tr.dataset.id = String(b.id);
+      const cells = [
+        ["who", b.name],
+        ["host", b.host],
+        ["acceptance", b.drafted ? `${fmt(100 * b.acceptance_rate, 0)}% (${b.accepted}/${b.drafted})` : "–"],
+        ["rate", fmt(b.drafts_per_second, 1)],
+        ["seen", ago(s.time - b.last_seen)],
+      ];
+      for (const [cls, text] of cells) {
+        const td = document.createElement("td");
+        td.className = cls;
+        td.textContent = text;
+        tr.appendChild(td);
+      }
+      const swatch = document.createElement("span");
+      swatch.className = "swatch tok src-" + colorOf(b.source);
+      tr.firstChild.prepend(swatch);
+      const model = document.createElement("span");
+      model.className = "model";
+      model.textContent = b.model || "model not told";
+      tr.firstChild.appendChild(model);
+      tbody.appendChild(tr);
+    }
+    $("no-backs").hidden = s.backs.length > 0;
+    $("backs").hidden = s.backs.length === 0;
+  }
+
+  const VERBS = { join: "joined", leave: "left", present: "connected" };
+
+  function logEvent(kind, back) {
+    const li = document.createElement("li");
+    li.className = kind;
+    li.dataset.back = back.name;
+    const when = new Date().toLocaleTimeString();
+    li.textContent = `${when} ${back.name} ${VERBS[kind]} (${back.host}${back.model ? ", " + back.model : ""})`;
+    const log = $("feed-log");
+    log.prepend(li);
+    while (log.children.length > 30) log.lastChild.remove();
+  }
+
+  function drawLastResponse(t) {
+    const sources = Object.entries(t.draft_sources || {})
+      .map(([name, x]) => `${label(name)} ${x.draft_n_accepted}/${x.draft_n}`)
+      .join(", ");
+    $("last-response").textContent =
+      `${t.predicted_n} tokens at ${fmt(t.predicted_per_second, 1)} tok/s, acceptance ${fmt(100 * t.acceptance_rate, 0)}%` +
+      (sources ? ` (${sources})` : "");
+  }
+
+  async function follow() {
+    let delay = 500;
+    for (;;) {
+      try {
+        const response = await fetch("/v1/duo/events", { headers: headers() });
+        if (response.status === 401) {
+          setStatus("needs a key", "bad");
+          await new Promise((r) => setTimeout(r, 2000));
+          continue;
+        }
+        if (!response.ok) throw new Error(`HTTP ${response.status}`);
+        delay = 500;
+        let first = true;
+        for await (const ev of sseEvents(response)) {
+          const data = JSON.parse(ev.data);
+          if (ev.kind === "state" && first) for (const b of data.backs) logEvent("present", b);
+          if (ev.kind === "state") first = false;
+          if (ev.kind === "state") drawLead(data);
+          else if (ev.kind === "join" || ev.kind === "leave") logEvent(ev.kind, data.back);
+          else if (ev.kind === "response") drawLastResponse(data.timings);
+        }
+      } catch (e) {
+        /* the lead went away: try again */
+      }
+      setStatus("lead unreachable", "bad");
+      await new Promise((r) => setTimeout(r, delay));
+      delay = Math.min(delay * 2, 8000);
+    }
+  }
+
+  // -- wiring ----------------------------------------------------------------------------------
+
+  function bindSettings() {
+    const fields = { system: "set-system", temperature: "set-temperature", max_tokens: "set-max-tokens", seed: "set-seed" };
+    for (const [name, id] of Object.entries(fields)) {
+      const input = $(id);
+      input.value = state.settings[name];
+      input.addEventListener("input", () => {
+        state.settings[name] = input.value;
+        save(STORE.settings, state.settings);
+      });
+    }
+  }
+
+  function start() {
+    bindSettings();
+    $("show-settings").addEventListener("click", () => ($("settings").hidden = !$("settings").hidden));
+    $("show-chats").addEventListener("click", () => $("chats").classList.toggle("open"));
+    $("show-drafters").addEventListener("click", () => $("drafters").classList.toggle("open"));
+    $("new-chat").addEventListener("click", () => {
+      if (state.running) return;
+      state.current = null;
+      currentChat();
+      persist();
+      drawChat();
+      $("prompt").focus();
+    });
+    $("composer").addEventListener("submit", (e) => {
+      e.preventDefault();
+      const text = $("prompt").value;
+      if (!text.trim() || state.running) return;
+      $("prompt").value = "";
+      send(text);
+    });
+    $("prompt").addEventListener("keydown", (e) => {
+      if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+        e.preventDefault();
+        $("composer").requestSubmit();
+      }
+    });
+    $("stop").addEventListener("click", stop);
+    $("key-form").addEventListener("submit", async (e) => {
+      e.preventDefault();
+      state.key = $("key-input").value.trim();
+      save(STORE.key, state.key);
+      $("key-input").value = "";
+      await checkKey();
+    });
+    $("forget-key").addEventListener("click", () => {
+      state.key = "";
+      save(STORE.key, "");
+      checkKey();
+    });
+    drawChat();
+    checkKey();
+    follow();
+  }
+
+  start();
+})();

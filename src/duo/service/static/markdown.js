@@ -1,0 +1,174 @@
+// A small Markdown renderer that builds DOM nodes and never parses HTML.
+//
+// Model text is untrusted: every character of it reaches the page through a text node
+// (document.createTextNode), so `<script>` or `<img onerror=...>` stays text. Supported:
+// fenced code blocks (with a copy button), headings, bullet and numbered lists, quotes,
+// rules, paragraphs, `code`, **bold**, *italic*. Links stay text.
+//
+// Every piece of visible text is a range of the source string, so the caller can colour
+// ranges: `leaf(parent, start, end)` is called for each, and decides how to show it.
+"use strict";
+
+(function () {
+  const FENCE = /^ {0,3}(```|~~~)\s*([\w+#.-]*)\s*$/;
+  const HEADING = /^ {0,3}(#{1,6})\s+/;
+  const ITEM = /^(\s*)([-*+]|\d{1,9}[.)])\s+/;
+  const QUOTE = /^ {0,3}>\s?/;
+  const RULE = /^ {0,3}([-*_])(\s*\1){2,}\s*$/;
+  const INLINE = [
+    { re: /`([^`\n]+)`/, tag: "code" },
+    { re: /\*\*([^*\n]+?)\*\*/, tag: "strong" },
+    { re: /__([^_\n]+?)__/, tag: "strong" },
+    { re: /(?<![\w*])\*([^*\s][^*\n]*?)\*(?![\w*])/, tag: "em" },
+    { re: /(?<![\w_])_([^_\s][^_\n]*?)_(?![\w_])/, tag: "em" },
+  ];
+
+  function el(tag, cls) {
+    const node = document.createElement(tag);
+    if (cls) node.className = cls;
+    return node;
+  }
+
+  // The lines of text with their offsets: [{start, end}] (end excludes the newline).
+  function lines(text) {
+    const out = [];
+    let start = 0;
+    for (;;) {
+      const nl = text.indexOf("\n", start);
+      if (nl < 0) {
+        out.push({ start, end: text.length });
+        return out;
+      }
+      out.push({ start, end: nl });
+      start = nl + 1;
+    }
+  }
+
+  function inline(text, parent, start, end, leaf) {
+    while (start < end) {
+      const rest = text.slice(start, end);
+      let best = null;
+      for (const rule of INLINE) {
+        const m = rule.re.exec(rest);
+        if (m && (best === null || m.index < best.m.index)) best = { m, rule };
+      }
+      if (best === null) {
+        leaf(parent, start, end);
+        return;
+      }
+      const { m, rule } = best;
+      if (m.index > 0) leaf(parent, start, start + m.index);
+      const node = el(rule.tag);
+      const innerStart = start + m.index + m[0].indexOf(m[1]);
+      if (rule.tag === "code") leaf(node, innerStart, innerStart + m[1].length);
+      else inline(text, node, innerStart, innerStart + m[1].length, leaf);
+      parent.appendChild(node);
+      start += m.index + m[0].length;
+    }
+  }
+
+  function codeBlock(text, rows, i, leaf, copy) {
+    const open = FENCE.exec(text.slice(rows[i].start, rows[i].end));
+    const wrap = el("div", "code");
+    const bar = el("div", "code-bar");
+    const lang = el("span", "lang");
+    lang.textContent = open[2] || "code";
+    bar.appendChild(lang);
+    const pre = el("pre");
+    const code = el("code");
+    pre.appendChild(code);
+    let j = i + 1;
+    for (; j < rows.length; j++) {
+      const row = text.slice(rows[j].start, rows[j].end);
+      if (/^ {0,3}(```|~~~)\s*$/.test(row) && row.trim()[0] === open[1][0]) break;
+      if (j > i + 1) code.appendChild(document.createTextNode("\n"));
+      leaf(code, rows[j].start, rows[j].end);
+    }
+    bar.appendChild(copy(() => code.textContent));
+    wrap.append(bar, pre);
+    return { node: wrap, next: j + 1 };
+  }
+
+  // Render `text` into a DocumentFragment. leaf(parent, start, end) shows text[start:end];
+  // copy(getText) makes a copy button.
+  function render(text, leaf, copy) {
+    const root = document.createDocumentFragment();
+    const rows = lines(text);
+    let para = null;
+    let list = null;
+    const close = () => {
+      para = null;
+      list = null;
+    };
+    for (let i = 0; i < rows.length; ) {
+      const { start, end } = rows[i];
+      const row = text.slice(start, end);
+      if (FENCE.test(row)) {
+        close();
+        const block = codeBlock(text, rows, i, leaf, copy);
+        root.appendChild(block.node);
+        i = block.next;
+        continue;
+      }
+      i += 1;
+      if (row.trim() === "") {
+        close();
+        continue;
+      }
+      if (RULE.test(row)) {
+        close();
+        root.appendChild(el("hr"));
+        continue;
+      }
+      let m = HEADING.exec(row);
+      if (m) {
+        close();
+        const h = el(`h${Math.min(6, m[1].length + 2)}`);
+        inline(text, h, start + m[0].length, end, leaf);
+        root.appendChild(h);
+        continue;
+      }
+      m = ITEM.exec(row);
+      if (m) {
+        para = null;
+        const ordered = /\d/.test(m[2]);
+        const tag = ordered ? "ol" : "ul";
+        if (list === null || list.tagName.toLowerCase() !== tag) {
+          list = el(tag);
+          if (ordered) list.start = parseInt(m[2], 10);
+          root.appendChild(list);
+        }
+        const li = el("li");
+        inline(text, li, start + m[0].length, end, leaf);
+        list.appendChild(li);
+        continue;
+      }
+      m = QUOTE.exec(row);
+      if (m) {
+        close();
+        const q = el("blockquote");
+        inline(text, q, start + m[0].length, end, leaf);
+        root.appendChild(q);
+        continue;
+      }
+      if (list !== null && /^\s+\S/.test(row)) {
+        // a continuation line of the last list item
+        const li = list.lastChild;
+        li.appendChild(document.createTextNode("\n"));
+        inline(text, li, start, end, leaf);
+        continue;
+      }
+      list = null;
+      if (para === null) {
+        para = el("p");
+        root.appendChild(para);
+      } else {
+        para.appendChild(document.createTextNode("\n"));
+      }
+      inline(text, para, start, end, leaf);
+    }
+    return root;
+  }
+
+  window.duoMarkdown = { render };
+})();

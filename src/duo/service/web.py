@@ -1,0 +1,98 @@
+"""The lead's web page: a chat and a drafter dashboard, served from the package's files.
+
+    GET /                 the page (static/index.html)
+    GET /ui/NAME          its scripts and styles (static/NAME; nothing else is served)
+    GET /v1/duo/events    the live events feed (duo.service.feed), as server-sent events
+
+The page and its assets carry a Content-Security-Policy that allows scripts, styles and
+connections from the lead only, no inline script and no frames: model text is shown as
+text by the page's own code, and the policy is the second wall. The page reaches the API
+with the key the user gives it (kept in the browser's localStorage); the events feed takes
+the API key as every endpoint does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib import resources
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from duo.errors import AuthError
+from duo.service.feed import Feed
+from duo.service.openai_format import error_response
+
+CSP = "; ".join(
+    (
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "base-uri 'none'",
+        "form-action 'none'",
+        "frame-ancestors 'none'",
+    )
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-cache",
+}
+TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".txt": "text/plain; charset=utf-8",
+}
+EVENTS_PATH = "/v1/duo/events"
+
+
+def asset(name: str) -> bytes | None:
+    """A file of duo/service/static by its plain name; None for anything else."""
+    if not name or "/" in name or "\\" in name or name.startswith("."):
+        return None
+    if not any(name.endswith(suffix) for suffix in TYPES):
+        return None
+    path = resources.files("duo.service").joinpath("static", name)
+    return path.read_bytes() if path.is_file() else None
+
+
+class Web:
+    def __init__(self, feed: Feed, authorize: Callable[[str | None], bool]) -> None:
+        self.feed = feed
+        self.authorize = authorize
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/", self.page),
+            Route("/ui/{name}", self.asset),
+            Route(EVENTS_PATH, self.events),
+        ]
+
+    async def page(self, request: Request) -> Response:
+        return self._file("index.html")
+
+    async def asset(self, request: Request) -> Response:
+        return self._file(request.path_params["name"])
+
+    async def events(self, request: Request) -> Response:
+        if not self.authorize(request.headers.get("authorization")):
+            raise AuthError()
+        return StreamingResponse(
+            self.feed.stream(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    def _file(self, name: str) -> Response:
+        data = asset(name)
+        if data is None:
+            return error_response(404, "Not Found", kind="not_found_error")
+        kind = TYPES[name[name.rfind(".") :]]
+        return Response(data, media_type=kind, headers=SECURITY_HEADERS)
