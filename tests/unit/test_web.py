@@ -21,7 +21,7 @@ from duo.core.stats import SourceStats, Stats
 from duo.core.text import Chunk
 from duo.errors import DuoError
 from duo.service.feed import Feed, Rates
-from duo.service.lead import Delta, deltas
+from duo.service.jobs import Delta, deltas
 from duo.service.openai_format import duo_error_response
 from duo.service.origin import Origin
 from duo.service.web import CSP, Web, asset
