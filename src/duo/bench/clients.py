@@ -162,14 +162,15 @@ def start(
     server = [
         str(find_bin(bin_dir, "llama-server")), "-m", str(models.main), "--host", "127.0.0.1",
         "--port", str(port), "-np", str(slots), "-c", str(models.n_ctx * slots), "-t", every,
+        "--no-kv-unified",
         "-tb", every, "-ngl", str(models.n_gpu_layers), "--no-webui",
     ]  # fmt: skip
     devices = f"main: all cores x{every}t (llama.cpp)"
     if name == "llama-server+md":
         assert models.draft is not None
         server += [
-            "-md", str(models.draft), "--draft-max", str(spec.draft_max), "-td", every,
-            "-ngld", str(models.n_gpu_layers_draft),
+            "-md", str(models.draft), "--spec-type", "draft-simple", "--spec-draft-n-max",
+            str(spec.draft_max), "-td", every, "-ngld", str(models.n_gpu_layers_draft),
         ]  # fmt: skip
         devices = f"main + draft: all cores x{every}t (llama.cpp)"
     return Server(name, [server], devices, url)
@@ -222,7 +223,10 @@ def _stream(http: httpx.Client, text: str, n: int, sampling: SamplingParams, out
     }
     t0 = last = time.perf_counter()
     first, tokens = True, 0
-    with http.stream("POST", "/v1/completions", json=body) as r:
+    # One connection per request: llama-server may close a connection after a stream,
+    # and a reused one then fails; both servers pay the same loopback connect.
+    headers = {"Connection": "close"}
+    with http.stream("POST", "/v1/completions", json=body, headers=headers) as r:
         r.raise_for_status()
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
