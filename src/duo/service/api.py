@@ -17,7 +17,8 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from starlette.applications import Starlette
@@ -29,6 +30,7 @@ from starlette.websockets import WebSocket
 
 from duo.channel import protocol
 from duo.channel.endpoint import DrafterEndpoint
+from duo.core.logprobs import TokenLogprob
 from duo.core.sampling import SamplingParams
 from duo.errors import AuthError, DuoError, GenerationFailed, PromptTooLong, UsageError
 from duo.service.lead import Delta, Done, Failed, Job, Lead
@@ -44,6 +46,12 @@ from duo.service.openai_format import (
     sse,
     timings,
     usage,
+)
+from duo.service.openai_sampling import (
+    CompletionLogprobs,
+    chat_logprobs,
+    grammar_text,
+    sampling_extras,
 )
 
 log = logging.getLogger(__name__)
@@ -157,6 +165,7 @@ class Api:
         self._authorize(request)
         body = await read_body(request, self.max_body)
         max_tokens, stops, sampling = sampling_fields(body, 16, self.info.n_ctx)
+        sampling = await self._extras(body, sampling, chat=False)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
             prompt = prompt[0]
@@ -186,21 +195,30 @@ class Api:
             "model": self.info.name,
         }
 
-        def choice(text: str, finish: str | None) -> dict[str, Any]:
-            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        legacy = CompletionLogprobs(self.lead.piece) if sampling.logprobs is not None else None
+
+        def choice(
+            text: str, finish: str | None, entries: Sequence[TokenLogprob] = ()
+        ) -> dict[str, Any]:
+            logprobs = legacy.shape(entries) if legacy else None
+            return {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
 
         if field(body, "stream", bool, False):
             return self._stream(
-                job, lambda text, finish: {**meta, "choices": [choice(text, finish)]}
+                job,
+                lambda text, finish, entries=(): {
+                    **meta,
+                    "choices": [choice(text, finish, entries)],
+                },
             )
         result = await self._collect(job, request)
         if result is None:
             return Response(status_code=499)  # nobody is there to read it
-        text, done = result
+        text, done, entries = result
         return JSONResponse(
             {
                 **meta,
-                "choices": [choice(text, done.finish_reason)],
+                "choices": [choice(text, done.finish_reason, entries)],
                 "usage": usage(done.stats),
                 "timings": timings(done.stats),
             }
@@ -211,6 +229,7 @@ class Api:
         body = await read_body(request, self.max_body)
         messages = chat_messages(body)
         max_tokens, stops, sampling = sampling_fields(body, self.info.n_ctx, self.info.n_ctx)
+        sampling = await self._extras(body, sampling, chat=True)
         try:  # Jinja, pure Python: off the event loop too (it yields the GIL as it goes)
             text = await asyncio.to_thread(self.lead.render_chat, messages)
         except Exception as e:  # templates raise on what they refuse (roles out of order, ...)
@@ -227,25 +246,27 @@ class Api:
             "model": self.info.name,
         }
 
+        def logprobs(entries: Sequence[TokenLogprob]) -> dict[str, Any] | None:
+            return None if sampling.logprobs is None else chat_logprobs(entries, self.lead.piece)
+
         if field(body, "stream", bool, False):
 
-            def chunk(text: str | None, finish: str | None) -> dict[str, Any]:
+            def chunk(
+                text: str | None, finish: str | None, entries: Sequence[TokenLogprob] = ()
+            ) -> dict[str, Any]:
                 delta = {"role": "assistant", "content": ""} if text is None else {}
                 if text:
                     delta["content"] = text
-                return {
-                    **meta,
-                    "object": "chat.completion.chunk",
-                    "choices": [
-                        {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-                    ],
-                }
+                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                if entries:
+                    choice["logprobs"] = logprobs(entries)
+                return {**meta, "object": "chat.completion.chunk", "choices": [choice]}
 
             return self._stream(job, chunk, first=chunk(None, None))
         result = await self._collect(job, request)
         if result is None:
             return Response(status_code=499)  # nobody is there to read it
-        text, done = result
+        text, done, entries = result
         message = {"role": "assistant", "content": text}
         return JSONResponse(
             {
@@ -255,7 +276,7 @@ class Api:
                     {
                         "index": 0,
                         "message": message,
-                        "logprobs": None,
+                        "logprobs": logprobs(entries),
                         "finish_reason": done.finish_reason,
                     }
                 ],
@@ -288,6 +309,24 @@ class Api:
         except UnicodeEncodeError:  # a lone surrogate the checks did not see
             raise UsageError("the prompt is not valid text", param=param) from None
 
+    async def _extras(
+        self, body: dict[str, Any], sampling: SamplingParams, *, chat: bool
+    ) -> SamplingParams:
+        """Logprobs, logit bias, penalties and the response_format's grammar, checked.
+
+        A JSON schema is converted to a grammar and the grammar parsed off the event loop,
+        as prompts are tokenized: a large schema does not hold up the other requests."""
+        sampling = sampling_extras(body, sampling, self.info.n_vocab, chat=chat)
+        if body.get("response_format") is None:
+            return sampling
+        try:
+            gbnf = await asyncio.to_thread(grammar_text, body)
+            if gbnf is not None:
+                await asyncio.to_thread(self.lead.check_grammar, gbnf)
+        except UsageError as e:
+            raise UsageError(str(e), param="response_format") from None
+        return sampling if gbnf is None else replace(sampling, grammar=gbnf)
+
     def _check_fits(self, tokens: list[int], param: str) -> None:
         try:
             self.lead.check_fits(tokens)
@@ -307,7 +346,9 @@ class Api:
         self._check_fits(tokens, param)
         return Job(tokens, max_tokens, stops, sampling)
 
-    async def _collect(self, job: Job, request: Request) -> tuple[str, Done] | None:
+    async def _collect(
+        self, job: Job, request: Request
+    ) -> tuple[str, Done, list[TokenLogprob]] | None:
         """The whole text and the Done event; None if the client went away first.
 
         A client that goes away cancels its job, queued or running, as a stream's does:
@@ -326,13 +367,15 @@ class Api:
             return None
         return collecting.result()
 
-    async def _events(self, job: Job) -> tuple[str, Done]:
+    async def _events(self, job: Job) -> tuple[str, Done, list[TokenLogprob]]:
         parts: list[str] = []
+        entries: list[TokenLogprob] = []
         async for event in self.lead.events(job):
             if isinstance(event, Delta):
                 parts.append(event.text)
+                entries.extend(event.logprobs)
             elif isinstance(event, Done):
-                return "".join(parts), event
+                return "".join(parts), event, entries
             elif isinstance(event, Failed):
                 raise GenerationFailed(event.message)
         raise GenerationFailed("generation ended without a result")
@@ -340,18 +383,19 @@ class Api:
     def _stream(
         self,
         job: Job,
-        chunk: Callable[[str, str | None], dict[str, Any]],
+        chunk: Callable[..., dict[str, Any]],
         first: dict[str, Any] | None = None,
     ) -> StreamingResponse:
         """SSE: one chunk per piece of text, a last chunk with finish_reason, usage and
-        timings, then [DONE]. `chunk(text, finish_reason)` shapes a chunk."""
+        timings, then [DONE]. `chunk(text, finish_reason, logprob entries)` shapes a
+        chunk."""
 
         async def events() -> AsyncIterator[bytes]:
             if first is not None:
                 yield sse(first)
             async for event in self.lead.events(job):
                 if isinstance(event, Delta):
-                    yield sse(chunk(event.text, None))
+                    yield sse(chunk(event.text, None, event.logprobs))
                 elif isinstance(event, Done):
                     stats = event.stats
                     last = chunk("", event.finish_reason)

@@ -20,10 +20,12 @@ from typing import TextIO
 from duo.auth import KeySpec
 from duo.channel.backs import Backs
 from duo.core.engine import Finish
+from duo.core.logprobs import LogprobQueue, TokenLogprob
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.core.text import Chunk, TextStream
 from duo.errors import DuoError, PromptTooLong, UsageError
+from duo.llama.grammar import Grammar
 from duo.service.config import ModelConfig, SpecConfig
 from duo.service.metrics import Metrics
 from duo.service.session import Session
@@ -46,6 +48,7 @@ class LeadConfig:
 @dataclass(frozen=True)
 class Delta:
     text: str
+    logprobs: tuple[TokenLogprob, ...] = ()  # the tokens this text completes (if asked for)
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,15 @@ class Lead:
         """Safe on any thread: llama_tokenize only reads the vocabulary."""
         return self.session.main.tokenize(text, add_special=add_special)
 
+    def piece(self, token: int) -> bytes:
+        """The bytes a token stands for."""
+        return self.session.main.piece(token)
+
+    def check_grammar(self, gbnf: str) -> None:
+        """Raise UsageError if llama.cpp cannot parse the grammar (safe on any thread: it
+        only reads the vocabulary)."""
+        Grammar(self.session.main, gbnf).close()
+
     def longest_token_bytes(self) -> int | None:
         return self.session.main.longest_token_bytes()
 
@@ -191,12 +203,20 @@ class Lead:
 
     def _generate(self, job: Job, stats: Stats, emit: Callable[[Event], None]) -> Finish:
         text = TextStream(self.session.main.piece, job.stops)
+        record: list[TokenLogprob] | None = [] if job.sampling.logprobs is not None else None
+        entries = LogprobQueue(self.session.main.piece)
         finish: Finish = "length"
-        for r in self.session.rounds(job.prompt, job.max_tokens, stats, job.sampling):
+        for r in self.session.rounds(job.prompt, job.max_tokens, stats, job.sampling, record):
             chunk = text.feed(r)
             if self.console:
                 self.console.show(chunk)
-            if chunk.text:
+            if record is not None:
+                entries.add(record[: len(r.tokens)])  # none past an end-of-generation token
+                record.clear()
+                logprobs = entries.emitted(chunk.text)
+                if chunk.text or logprobs:
+                    emit(Delta(chunk.text, logprobs))
+            elif chunk.text:
                 emit(Delta(chunk.text))
             if text.stopped:
                 finish = "stop"
@@ -208,8 +228,9 @@ class Lead:
         tail = text.finish()
         if self.console:
             self.console.show(tail + "\n")
-        if tail:
-            emit(Delta(tail))
+        logprobs = entries.finish(tail, text.stopped) if record is not None else ()
+        if tail or logprobs:
+            emit(Delta(tail, logprobs))
         return finish
 
     def health(self) -> dict[str, object]:

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager, nullcontext
 
 from duo.core.choice import Chooser, Longest, PerSource
 from duo.core.engine import DraftSource, NoDrafts, Round, generate
+from duo.core.logprobs import TokenLogprob
 from duo.core.policy import calibrate
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
@@ -30,6 +31,7 @@ from duo.drafting.lookup import NgramDrafts, SuffixDrafts
 from duo.drafting.sources import Sources, SyncDrafts, ThreadDrafts
 from duo.errors import IncompatibleModels, UsageError
 from duo.llama.backend import Model
+from duo.llama.grammar import Grammar
 from duo.service.config import ModelConfig, SpecConfig
 
 
@@ -77,17 +79,27 @@ class Session:
         )
 
     def rounds(
-        self, prompt: list[int], max_tokens: int, stats: Stats, sampling: SamplingParams = GREEDY
+        self,
+        prompt: list[int],
+        max_tokens: int,
+        stats: Stats,
+        sampling: SamplingParams = GREEDY,
+        record: list[TokenLogprob] | None = None,
     ) -> Iterator[Round]:
-        """Generate on the calling thread (pinned to the main cores, if any), round by round."""
-        with pinned(self.spec.main_cores):
+        """Generate on the calling thread (pinned to the main cores, if any), round by round.
+
+        With `sampling.logprobs` set, each sampled token's entry is appended to `record`
+        (a round samples its tokens before it is yielded; past an end-of-generation token,
+        entries belong to no emitted token)."""
+        grammar = Grammar(self.main, sampling.grammar) if sampling.grammar else None
+        with pinned(self.spec.main_cores), closing(grammar) if grammar else nullcontext():
             for r in generate(
                 self.main,
                 prompt,
                 max_tokens=max_tokens,
                 drafts=self.drafts,
                 draft_max=self.spec.draft_max,
-                sampler=sampling.sampler(),
+                sampler=sampling.sampler(grammar, record),
                 policy=self.policy(),
                 on_prefill=stats.add_prefill,
                 min_batch=2 if self.spec.deterministic else 1,
