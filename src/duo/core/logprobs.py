@@ -31,14 +31,16 @@ class TokenLogprob:
 
 def token_logprob(logits: npt.NDArray[np.float32], token: int, top: int) -> TokenLogprob:
     """The log-softmax of one row of logits at `token`, and its `top` most likely tokens
-    (ties by ascending token ID)."""
-    x = logits.astype(np.float64)
+    (ties by ascending token ID). The exponentials are taken in float32 and summed in
+    float64: a few hundred microseconds for a 49k vocabulary, where float64 throughout
+    costs ten times that (about as much as the main model's pass over a small model)."""
+    x = np.asarray(logits, dtype=np.float32)
     m = float(x.max())
-    log_z = m + float(np.log(np.exp(x - m).sum()))
+    log_z = m + float(np.log(np.exp(x - np.float32(m)).sum(dtype=np.float64)))
     alternatives: tuple[tuple[int, float], ...] = ()
     if top > 0:
-        k = min(top, x.shape[0])
-        ids = np.argpartition(-x, k - 1)[:k] if k < x.shape[0] else np.arange(x.shape[0])
+        n = x.shape[0]
+        ids = np.argpartition(x, n - top)[n - top :] if top < n else np.arange(n)
         ids = ids[np.lexsort((ids, -x[ids]))]
         alternatives = tuple((int(i), float(x[i]) - log_z) for i in ids)
     return TokenLogprob(int(token), float(x[token]) - log_z, alternatives)
