@@ -218,7 +218,9 @@ class Dist(_Chain):
         token, within = self.pick_within(ids, probs, u)
         if self.constraint is not None and not self.constraint.allows(token):
             # Pick again among the tokens the grammar allows, with the same draw: where it
-            # fell inside the rejected token's slice is itself uniform in [0, 1).
+            # fell inside the rejected token's slice is itself uniform in [0, 1). Without
+            # truncation (top-k/p, min-p) the two picks together sample the distribution
+            # renormalised over the allowed tokens exactly.
             ids, probs = self.filtered(self._masked(x))
             token, _ = self.pick_within(ids, probs, within)
         return self._emit(logits, token)
