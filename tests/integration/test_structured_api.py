@@ -16,7 +16,9 @@ import jsonschema
 import openai
 import pytest
 
+from duo.errors import UsageError
 from duo.llama.backend import Model
+from duo.llama.grammar import JSON_OBJECT, Grammar
 
 from .conftest import Cluster
 
@@ -333,6 +335,22 @@ def test_json_object_with_logprobs(leads: tuple[openai.OpenAI, openai.OpenAI]) -
 # -- refusals -------------------------------------------------------------------------------
 
 
+HUGE = {"type": "string", "maxLength": 100_000_000}  # 800 MB of grammar, spelled out
+BOUNDED = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 9}}}
+
+
+def test_grammars_too_deep_for_llama_cpp_are_refused_before_it_parses_them(vocab: Model) -> None:
+    deep = "root ::= " + '("a" ' * 20000 + ")?" * 20000  # overflows llama.cpp's parser
+    with pytest.raises(UsageError):
+        Grammar(vocab, deep)
+    with pytest.raises(UsageError):
+        Grammar(vocab, "root ::= undefined-rule")
+    grammar = Grammar(vocab, JSON_OBJECT)
+    (brace,) = vocab.tokenize("{", add_special=False)
+    assert grammar.allows(brace) and not grammar.allows(vocab.tokenize("x", add_special=False)[0])
+    grammar.close()
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -348,6 +366,8 @@ def test_json_object_with_logprobs(leads: tuple[openai.OpenAI, openai.OpenAI]) -
         {"response_format": {"type": "json_schema", "json_schema": "object"}},
         {"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "x"}}}},
         {"response_format": "json"},
+        {"response_format": {"type": "json_schema", "json_schema": {"schema": HUGE}}},
+        {"response_format": {"type": "json_schema", "json_schema": {"schema": BOUNDED}}},
     ],
 )
 def test_bad_fields_are_400_in_openais_shape(

@@ -9,7 +9,7 @@ import pytest
 from duo.core.logprobs import TokenLogprob
 from duo.core.sampling import SamplingParams
 from duo.errors import UsageError
-from duo.llama.grammar import JSON_OBJECT, json_schema_gbnf, unenforced
+from duo.llama.grammar import JSON_OBJECT, json_schema_gbnf, nesting, unenforced
 from duo.service.openai_sampling import (
     CompletionLogprobs,
     chat_logprobs,
@@ -133,3 +133,25 @@ def test_completion_logprobs_offsets_count_characters_across_chunks() -> None:
     }
     rest = legacy.shape([TokenLogprob(t, -1.0, ()) for t in (3, 4, 5)])
     assert rest["text_offset"] == [5, 6, 7]  # "Hello €!": the euro sign is one character
+
+
+def test_schemas_that_would_blow_up_the_grammar_are_refused() -> None:
+    for schema in (
+        {"type": "string", "maxLength": 100_000_000},
+        {"type": "array", "minItems": 5000},
+        {"type": "object", "properties": {"a": {"type": "string", "maxLength": 2000}}},
+    ):
+        with pytest.raises(UsageError):
+            json_schema_gbnf(schema)
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(100):
+        deep = {"anyOf": [deep]}
+    with pytest.raises(UsageError):
+        json_schema_gbnf(deep)
+    assert json_schema_gbnf({"type": "string", "maxLength": 1000})
+
+
+def test_grammar_nesting_skips_literals_classes_and_comments() -> None:
+    assert nesting('root ::= ("(" [()] (x)?) # ((((\n') == 2
+    assert nesting('root ::= "\\"(" x') == 0
+    assert nesting("root ::= " + "(" * 3000 + '"a"' + ")?" * 3000) == 3000

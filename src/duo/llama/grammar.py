@@ -47,6 +47,11 @@ number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1
 ws ::= | " " | "\n" [ \t]{0,20}
 """
 
+# llama.cpp parses groups recursively: 20,000 nested parentheses overflow its stack (a
+# segfault; it refuses 2,000 and 5,000 cleanly), so duo refuses deeper grammars itself.
+MAX_NESTING = 1024
+MAX_SCHEMA_DEPTH = 64  # subschemas within subschemas
+
 # llama_token_data as numpy sees it: {int32 id; float logit; float p}
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
 
@@ -84,15 +89,23 @@ UNENFORCED = frozenset(
 _ONE = ("items", "additionalProperties", "additionalItems")
 _LIST = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
 _MAP = ("properties", "$defs", "definitions")
+_BOUNDS = ("minLength", "maxLength", "minItems", "maxItems")
 
 
-def unenforced(schema: object, path: str = "#") -> str | None:
+def unenforced(schema: object, path: str = "#", depth: int = 0) -> str | None:
     """The path of the first keyword in `schema` that the grammar would not enforce."""
     if not isinstance(schema, dict):
         return None
+    if depth > MAX_SCHEMA_DEPTH:
+        raise UsageError(f"the JSON schema nests more than {MAX_SCHEMA_DEPTH} subschemas deep")
     for key in schema:
         if key in UNENFORCED:
             return f"{path}/{key}"
+        # The converter spells a bound out as that many nested groups (a string of 1e8
+        # characters would be 800 MB of grammar): bounds past MAX_NESTING cannot parse.
+        bound = schema[key]
+        if key in _BOUNDS and isinstance(bound, int) and bound > MAX_NESTING:
+            raise UsageError(f"'{key}' at {path[:200]} may be at most {MAX_NESTING}")
     subschemas: list[tuple[str, object]] = []
     for key in _ONE:
         if isinstance(schema.get(key), dict):
@@ -104,7 +117,7 @@ def unenforced(schema: object, path: str = "#") -> str | None:
         if isinstance(schema.get(key), dict):
             subschemas += [(f"{path}/{key}/{name}", s) for name, s in schema[key].items()]
     for where, sub in subschemas:
-        found = unenforced(sub, where)
+        found = unenforced(sub, where, depth + 1)
         if found:
             return found
     return None
@@ -137,6 +150,29 @@ def json_schema_gbnf(schema: dict[str, Any]) -> str:
     return gbnf
 
 
+def nesting(gbnf: str) -> int:
+    """The deepest nesting of parentheses in a GBNF text (outside literals and classes)."""
+    depth = deepest = 0
+    i, n = 0, len(gbnf)
+    while i < n:
+        c = gbnf[i]
+        if c in '"[':  # a literal or a character class: skip to its end
+            end = '"' if c == '"' else "]"
+            i += 1
+            while i < n and gbnf[i] != end:
+                i += 2 if gbnf[i] == "\\" else 1
+        elif c == "#":  # a comment, to the end of the line
+            while i < n and gbnf[i] != "\n":
+                i += 1
+        elif c == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c == ")":
+            depth -= 1
+        i += 1
+    return deepest
+
+
 class Grammar:
     """One generation's grammar state (llama.cpp's grammar sampler) over `model`'s vocabulary.
 
@@ -149,6 +185,9 @@ class Grammar:
     def __init__(self, model: Model, gbnf: str, root: str = "root") -> None:
         self._lib = lib = model._lib
         self._model = model
+        self._sampler = None
+        if nesting(gbnf) > MAX_NESTING:
+            raise UsageError(f"the grammar nests groups more than {MAX_NESTING} deep")
         self._sampler = lib.llama_sampler_init_grammar(
             model._vocab, gbnf.encode("utf-8"), root.encode("utf-8")
         )
