@@ -235,6 +235,7 @@ class Generation:
         sampler: Sampler | None = None,
         policy: Chooser | None = None,
         min_batch: int = 1,
+        on_end: Callable[[], None] | None = None,
     ) -> None:
         if max_tokens <= 0:
             raise UsageError("the number of tokens to generate must be positive")
@@ -246,6 +247,7 @@ class Generation:
         self.sampler = sampler or Greedy()
         self.policy = policy or Longest()
         self.min_batch = min_batch
+        self.on_end = on_end  # frees what the generation held (a grammar)
         self.committed = list(prompt)
         self.produced = 0
         self.finish: Finish | None = None
@@ -314,7 +316,11 @@ class Generation:
 
     def end(self) -> None:
         """The generation is over (finished, stopped or abandoned): the sources hear."""
-        self.drafts.end()
+        try:
+            self.drafts.end()
+        finally:
+            if self.on_end:
+                self.on_end()
 
 
 def _sampler_at(

@@ -2,8 +2,13 @@
 
 A sampler is called once per emitted token, in order, with its own random stream, so a
 seeded sampler gives the same text with or without speculation (duo.verify draws exactly
-one sample per emitted token). The chain follows llama.cpp's default order:
-repetition penalty -> top-k -> top-p -> min-p -> temperature -> draw.
+one sample per emitted token). The chain follows llama.cpp's order:
+logit bias -> penalties (repeat, frequency, presence) -> top-k -> top-p -> min-p ->
+temperature -> draw. A grammar (a `Constraint`) is checked as llama.cpp's common sampler
+does: the chain's token stands if the grammar allows it; otherwise the grammar masks the
+logits and the chain picks again from what is left. Only the masked pick costs a pass over
+the whole vocabulary. A draft token the grammar forbids is never sampled, so it simply
+fails verification.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from duo.errors import UsageError
+from duo.core.logprobs import TokenLogprob, token_logprob
+from duo.errors import GenerationFailed, UsageError
 
 Logits = npt.NDArray[np.float32]  # one row of logits per evaluated position
 
@@ -24,6 +30,21 @@ class Sampler(Protocol):
     def sample(self, logits: Logits, history: Sequence[int]) -> int:
         """The next token given the logits after `history` (prompt + emitted so far)."""
         ...
+
+
+class Constraint(Protocol):
+    """A grammar the emitted tokens follow (duo.llama.grammar.Grammar), one per generation."""
+
+    def allows(self, token: int) -> bool:
+        """Whether the grammar accepts `token` next."""
+        ...
+
+    def mask(self, logits: Logits) -> Logits:
+        """A copy of logits with -inf at every token the grammar forbids next."""
+        ...
+
+    def accept(self, token: int) -> None:
+        """`token` was emitted: advance the grammar past it."""
 
 
 @dataclass(frozen=True)
@@ -35,8 +56,13 @@ class SamplingParams:
     top_p: float = 0.95  # 1 = off
     min_p: float = 0.05  # 0 = off
     repeat_penalty: float = 1.0  # 1 = off
-    repeat_last_n: int = 64  # tokens of history the penalty looks at
+    repeat_last_n: int = 64  # tokens of history the penalties look at
+    frequency_penalty: float = 0.0  # subtracted once per occurrence in that window
+    presence_penalty: float = 0.0  # subtracted once if the token occurs in that window
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token, added to its logit)
     seed: int | None = None  # None = a random seed
+    logprobs: int | None = None  # record log-probabilities with this many alternatives
+    grammar: str | None = None  # GBNF the output must follow (llama.cpp's grammar format)
 
     def check(self) -> SamplingParams:
         if self.temperature < 0:
@@ -51,56 +77,125 @@ class SamplingParams:
             raise UsageError("repeat_penalty must be > 0")
         if self.repeat_last_n < 0:
             raise UsageError("repeat_last_n must be >= 0")
+        if self.logprobs is not None and self.logprobs < 0:
+            raise UsageError("logprobs must be >= 0")
         return self
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
 
-    def sampler(self) -> Sampler:
-        return Greedy(self) if self.greedy else Dist(self)
+    def sampler(
+        self, constraint: Constraint | None = None, record: list[TokenLogprob] | None = None
+    ) -> Sampler:
+        """A fresh sampler. With `record` (and `logprobs` set), each sampled token's entry
+        is appended to it, in sampling order; `constraint` is this generation's grammar."""
+        if self.greedy:
+            return Greedy(self, constraint, record)
+        return Dist(self, constraint, record)
 
 
 GREEDY = SamplingParams(temperature=0.0)
 
 
-def _penalised(logits: Logits, history: Sequence[int], p: SamplingParams) -> Logits:
-    if p.repeat_penalty == 1.0 or p.repeat_last_n == 0 or not history:
+def adjusted(logits: Logits, history: Sequence[int], p: SamplingParams) -> Logits:
+    """The logits after logit bias and penalties, as llama.cpp's chain applies them (in
+    float32): bias added; then, for each token in the last repeat_last_n of history,
+    divided (if > 0) or multiplied by repeat_penalty, minus count * frequency_penalty,
+    minus presence_penalty. Returns `logits` itself when nothing applies."""
+    penalties = p.repeat_penalty != 1.0 or p.frequency_penalty != 0 or p.presence_penalty != 0
+    penalise = penalties and p.repeat_last_n > 0 and len(history) > 0
+    if not p.logit_bias and not penalise:
         return logits
-    recent = np.unique(np.asarray(history[-p.repeat_last_n :], dtype=np.int64))
-    recent = recent[(recent >= 0) & (recent < logits.shape[0])]
+    n_vocab = logits.shape[0]
     out = np.array(logits, dtype=np.float32)
-    values = out[recent]
-    out[recent] = np.where(values > 0, values / p.repeat_penalty, values * p.repeat_penalty)
+    for token, bias in p.logit_bias:
+        if 0 <= token < n_vocab:
+            out[token] += np.float32(bias)
+    if penalise:
+        recent = np.asarray(history[-p.repeat_last_n :], dtype=np.int64)
+        ids, counts = np.unique(recent[(recent >= 0) & (recent < n_vocab)], return_counts=True)
+        values = out[ids]
+        if p.repeat_penalty != 1.0:
+            values = np.where(values > 0, values / p.repeat_penalty, values * p.repeat_penalty)
+        freq, present = np.float32(p.frequency_penalty), np.float32(p.presence_penalty)
+        out[ids] = values - (counts.astype(np.float32) * freq + present)
     return out
 
 
-class Greedy:
+class _Chain:
+    """What both samplers share: the adjusted logits, the grammar, the recorded entries."""
+
+    def __init__(
+        self,
+        params: SamplingParams,
+        constraint: Constraint | None,
+        record: list[TokenLogprob] | None,
+    ) -> None:
+        self.params = params
+        self.constraint = constraint
+        self.record = record if params.logprobs is not None else None
+
+    def _masked(self, x: Logits) -> Logits:
+        assert self.constraint is not None
+        masked = self.constraint.mask(x)
+        if not np.isfinite(masked).any():
+            raise GenerationFailed("the grammar allows no token at this point")
+        return masked
+
+    def _emit(self, logits: Logits, token: int) -> int:
+        if self.constraint is not None:
+            self.constraint.accept(token)
+        if self.record is not None:
+            self.record.append(token_logprob(logits, token, self.params.logprobs or 0))
+        return token
+
+
+class Greedy(_Chain):
     """Temperature 0: the most likely token (lowest ID on ties, like llama.cpp)."""
 
-    def __init__(self, params: SamplingParams = GREEDY) -> None:
-        self.params = params
+    def __init__(
+        self,
+        params: SamplingParams = GREEDY,
+        constraint: Constraint | None = None,
+        record: list[TokenLogprob] | None = None,
+    ) -> None:
+        super().__init__(params, constraint, record)
 
     def sample(self, logits: Logits, history: Sequence[int]) -> int:
-        return int(np.argmax(_penalised(logits, history, self.params)))
+        x = adjusted(logits, history, self.params)
+        token = int(np.argmax(x))
+        if self.constraint is not None and not self.constraint.allows(token):
+            token = int(np.argmax(self._masked(x)))  # the best token the grammar allows
+        return self._emit(logits, token)
 
 
-class Dist:
+class Dist(_Chain):
     """Sampling from the filtered, tempered distribution with a seeded random stream."""
 
-    def __init__(self, params: SamplingParams) -> None:
-        self.params = params
+    def __init__(
+        self,
+        params: SamplingParams,
+        constraint: Constraint | None = None,
+        record: list[TokenLogprob] | None = None,
+    ) -> None:
+        super().__init__(params, constraint, record)
         self.rng = np.random.default_rng(params.seed)
 
     def probabilities(
         self, logits: Logits, history: Sequence[int]
     ) -> tuple[np.ndarray, np.ndarray]:
         """(candidate token IDs, their probabilities), most likely first."""
+        return self.filtered(adjusted(logits, history, self.params))
+
+    def filtered(self, adjusted_logits: Logits) -> tuple[np.ndarray, np.ndarray]:
+        """top-k, top-p, min-p and temperature over logits already biased and penalised."""
         p = self.params
-        x = _penalised(logits, history, p).astype(np.float64)
+        x = adjusted_logits.astype(np.float64)
         k = p.top_k if 0 < p.top_k < x.shape[0] else x.shape[0]
         ids = np.argpartition(-x, k - 1)[:k] if k < x.shape[0] else np.arange(x.shape[0])
         ids = ids[np.lexsort((ids, -x[ids]))]  # descending logit, then ascending ID
+        ids = ids[np.isfinite(x[ids])]  # tokens a bias or a grammar ruled out
         z = x[ids]
         probs = np.exp(z - z[0])
         probs /= probs.sum()
@@ -114,16 +209,35 @@ class Dist:
         return ids, tempered / tempered.sum()
 
     def sample(self, logits: Logits, history: Sequence[int]) -> int:
-        ids, probs = self.probabilities(logits, history)
+        x = adjusted(logits, history, self.params)
+        ids, probs = self.filtered(x)
         # Slices are laid out by token ID, not by probability: where batched and single-token
         # logits differ in the last digits, near-equal logits cannot swap places and move
         # every boundary after them (with --deterministic the logits are identical anyway).
-        return self.pick(ids, probs, self.rng.random())  # exactly one draw per token
+        u = self.rng.random()  # exactly one draw per token
+        token, within = self.pick_within(ids, probs, u)
+        if self.constraint is not None and not self.constraint.allows(token):
+            # Pick again among the tokens the grammar allows, with the same draw: where it
+            # fell inside the rejected token's slice is itself uniform in [0, 1). Without
+            # truncation (top-k/p, min-p) the two picks together sample the distribution
+            # renormalised over the allowed tokens exactly.
+            ids, probs = self.filtered(self._masked(x))
+            token, _ = self.pick_within(ids, probs, within)
+        return self._emit(logits, token)
 
     @staticmethod
     def pick(ids: np.ndarray, probs: np.ndarray, u: float) -> int:
         """The token whose slice of [0, 1) holds u, slices laid out by token ID."""
+        return Dist.pick_within(ids, probs, u)[0]
+
+    @staticmethod
+    def pick_within(ids: np.ndarray, probs: np.ndarray, u: float) -> tuple[int, float]:
+        """pick, and where u fell inside the token's slice (scaled to [0, 1))."""
         order = np.argsort(ids, kind="stable")
         ids, probs = ids[order], probs[order]
-        index = min(int(np.searchsorted(np.cumsum(probs), u, side="right")), len(ids) - 1)
-        return int(ids[index])
+        ends = np.cumsum(probs)
+        index = min(int(np.searchsorted(ends, u, side="right")), len(ids) - 1)
+        start = float(ends[index - 1]) if index else 0.0
+        width = float(ends[index]) - start
+        within = min(max((u - start) / width, 0.0), np.nextafter(1.0, 0.0)) if width > 0 else 0.0
+        return int(ids[index]), float(within)

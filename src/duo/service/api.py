@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Any
 
 from starlette.applications import Starlette
@@ -34,6 +35,8 @@ from starlette.websockets import WebSocket
 
 from duo.channel import protocol
 from duo.channel.endpoint import DrafterEndpoint
+from duo.core.logprobs import TokenLogprob
+from duo.core.sampling import SamplingParams
 from duo.core.stats import Stats
 from duo.errors import AuthError, DuoError, GenerationFailed, PromptTooLong, UsageError
 from duo.service.choices import MAX_CHOICES, choice_jobs, combined, merged_events
@@ -53,6 +56,12 @@ from duo.service.openai_format import (
     sse,
     timings,
     usage,
+)
+from duo.service.openai_sampling import (
+    CompletionLogprobs,
+    chat_logprobs,
+    grammar_text,
+    sampling_extras,
 )
 from duo.service.openapi import openapi_schema
 from duo.service.origin import Origin
@@ -183,6 +192,7 @@ class Api:
         body = await read_body(request, self.max_body)
         max_tokens, stops, sampling = sampling_fields(body, 16, self.info.n_ctx)
         output = output_fields(body, MAX_CHOICES)
+        sampling = await self._extras(body, sampling, chat=False)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
             prompt = prompt[0]
@@ -203,7 +213,11 @@ class Api:
             "created": int(time.time()),
             "model": self.info.name,
         }
-        replies = [CompletionReply(i) for i in range(output.n)]
+        wanted = sampling.logprobs is not None
+        replies = [
+            CompletionReply(i, CompletionLogprobs(self.lead.piece).shape if wanted else None)
+            for i in range(output.n)
+        ]
         return await self._respond(request, jobs, meta, replies, output)
 
     async def chat(self, request: Request) -> Response:
@@ -211,6 +225,7 @@ class Api:
         body = await read_body(request, self.max_body)
         max_tokens, stops, sampling = sampling_fields(body, self.info.n_ctx, self.info.n_ctx)
         output = output_fields(body, MAX_CHOICES)
+        sampling = await self._extras(body, sampling, chat=True)
         text, tools = await self.chat_prompt(body)
         # Rendered, then tokenized: the size check comes between them.
         tokens = await self.tokenize(text, add_special=False, param="messages")
@@ -224,7 +239,9 @@ class Api:
             "created": int(time.time()),
             "model": self.info.name,
         }
-        replies = [ChatReply(i, tools) for i in range(output.n)]
+        wanted = sampling.logprobs is not None
+        shape = (lambda e: chat_logprobs(e, self.lead.piece)) if wanted else None
+        replies = [ChatReply(i, tools, shape) for i in range(output.n)]
         return await self._respond(request, jobs, meta, replies, output)
 
     # -- chat prompts -------------------------------------------------------------------
@@ -292,6 +309,24 @@ class Api:
         except UnicodeEncodeError:  # a lone surrogate the checks did not see
             raise UsageError("the prompt is not valid text", param=param) from None
 
+    async def _extras(
+        self, body: dict[str, Any], sampling: SamplingParams, *, chat: bool
+    ) -> SamplingParams:
+        """Logprobs, logit bias, penalties and the response_format's grammar, checked.
+
+        A JSON schema is converted to a grammar and the grammar parsed off the event loop,
+        as prompts are tokenized: a large schema does not hold up the other requests."""
+        sampling = sampling_extras(body, sampling, self.info.n_vocab, chat=chat)
+        if body.get("response_format") is None:
+            return sampling
+        try:
+            gbnf = await asyncio.to_thread(grammar_text, body)
+            if gbnf is not None:
+                await asyncio.to_thread(self.lead.check_grammar, gbnf)
+        except UsageError as e:
+            raise UsageError(str(e), param="response_format") from None
+        return sampling if gbnf is None else replace(sampling, grammar=gbnf)
+
     def _check_fits(self, tokens: list[int], param: str) -> None:
         try:
             self.lead.check_fits(tokens)
@@ -324,16 +359,19 @@ class Api:
         results = await self._collect(jobs, request)
         if results is None:
             return Response(status_code=499)  # nobody is there to read it
-        total = combined([done.stats for _, done in results])
+        total = combined([done.stats for _, done, _ in results])
         choices = [
-            r.whole(text, done.finish_reason)
-            for r, (text, done) in zip(replies, results, strict=True)
+            r.whole(text, done.finish_reason, entries)
+            for r, (text, done, entries) in zip(replies, results, strict=True)
         ]
         body = {**meta, "choices": choices, "usage": usage(total), "timings": timings(total)}
         return JSONResponse(body)
 
-    async def _collect(self, jobs: list[Job], request: Request) -> list[tuple[str, Done]] | None:
-        """Each choice's whole text and Done event; None if the client went away first.
+    async def _collect(
+        self, jobs: list[Job], request: Request
+    ) -> list[tuple[str, Done, list[TokenLogprob]]] | None:
+        """Each choice's whole text, Done event and logprob entries; None if the client
+        went away first.
 
         A client that goes away cancels its jobs, queued or running, as a stream's does:
         cancelling the task that reads Lead.events leaves the queue, or sets job.cancelled
@@ -351,20 +389,22 @@ class Api:
             return None
         return collecting.result()
 
-    async def _events(self, jobs: list[Job]) -> list[tuple[str, Done]]:
+    async def _events(self, jobs: list[Job]) -> list[tuple[str, Done, list[TokenLogprob]]]:
         parts: list[list[str]] = [[] for _ in jobs]
+        entries: list[list[TokenLogprob]] = [[] for _ in jobs]
         done: dict[int, Done] = {}
         async with aclosing(merged_events(self.lead, jobs)) as events:
             async for index, event in events:
                 if isinstance(event, Delta):
                     parts[index].append(event.text)
+                    entries[index].extend(event.logprobs)
                 elif isinstance(event, Done):
                     done[index] = event
                 elif isinstance(event, Failed):
                     raise GenerationFailed(event.message)
         if len(done) != len(jobs):
             raise GenerationFailed("generation ended without a result")
-        return [("".join(parts[i]), done[i]) for i in range(len(jobs))]
+        return [("".join(parts[i]), done[i], entries[i]) for i in range(len(jobs))]
 
     def _stream(
         self,
@@ -391,10 +431,11 @@ class Api:
                 async for index, event in merged:
                     if isinstance(event, Delta):
                         extension = origins[index].of(event)
-                        if extension is None:
+                        if extension is None and not event.logprobs:
                             continue
-                        for entry in replies[index].text(event.text):
-                            yield sse({**chunk(entry), "duo": extension})
+                        duo = {} if extension is None else {"duo": extension}
+                        for entry in replies[index].text(event.text, event.logprobs):
+                            yield sse({**chunk(entry), **duo})
                     elif isinstance(event, Done):
                         stats[index] = event.stats
                         *entries, last = replies[index].end(event.finish_reason)

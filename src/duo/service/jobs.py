@@ -15,10 +15,11 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from duo.core.draft import common_prefix
 from duo.core.engine import Finish, Generation, Round, step
+from duo.core.logprobs import LogprobQueue, TokenLogprob
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.core.text import Chunk, TextStream
@@ -44,6 +45,7 @@ class Delta:
     # ("back:NAME", "model", "ngram", "suffix"), or None for the main model's own tokens.
     source: str | None = None
     tokens: int = 0  # tokens that spelled it (0 for text held back by a stop string)
+    logprobs: tuple[TokenLogprob, ...] = ()  # the tokens this text completes (if asked for)
 
 
 @dataclass(frozen=True)
@@ -81,12 +83,14 @@ class Ticket:
 
 @dataclass(eq=False)
 class Running:
-    """A job in a slot: its generation, text and statistics."""
+    """A job in a slot: its generation, text, logprobs (if asked for) and statistics."""
 
     ticket: Ticket
     slot: int
     gen: Generation
     text: TextStream
+    record: list[TokenLogprob] | None  # the sampler's entries of the round (logprobs)
+    entries: LogprobQueue  # entries waiting for the text that shows their tokens
     stats: Stats = field(default_factory=Stats)
 
 
@@ -180,12 +184,18 @@ class Engine:
     def _start(self, ticket: Ticket) -> None:
         job = ticket.job
         slot = self._pick_slot(job.prompt)
+        record: list[TokenLogprob] | None = [] if job.sampling.logprobs is not None else None
         try:
-            gen = self.session.generation(job.prompt, job.max_tokens, job.sampling, slot)
+            gen = self.session.generation(
+                job.prompt, job.max_tokens, job.sampling, slot, record=record
+            )
         except Exception as e:
             self._fail(ticket, e)
             return
-        running = Running(ticket, slot, gen, TextStream(self.session.main.piece, job.stops))
+        piece = self.session.main.piece
+        running = Running(
+            ticket, slot, gen, TextStream(piece, job.stops), record, LogprobQueue(piece)
+        )
         self._running[slot] = running
         try:
             running.stats.add_prefill(gen.start())
@@ -221,7 +231,13 @@ class Engine:
         chunk = running.text.feed(r)
         if self._show:
             self._show(running.slot, chunk)
+        record = running.record
+        if record is not None:
+            running.entries.add(record[: len(r.tokens)])  # none past an end-of-generation
+            record.clear()
         for delta in deltas(chunk, r):
+            if record is not None:
+                delta = replace(delta, logprobs=running.entries.emitted(delta.text))
             running.ticket.emit(delta)
         if running.text.stopped:
             self._end(running, "stop")
@@ -241,8 +257,11 @@ class Engine:
         tail = running.text.finish()
         if self._show:
             self._show(running.slot, tail + "\n")
-        if tail:
-            running.ticket.emit(Delta(tail))
+        logprobs = (
+            () if running.record is None else running.entries.finish(tail, running.text.stopped)
+        )
+        if tail or logprobs:
+            running.ticket.emit(Delta(tail, logprobs=logprobs))
         stats = running.stats
         if self._done:
             self._done(stats)

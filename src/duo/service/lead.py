@@ -19,6 +19,7 @@ from duo.auth import KeySpec
 from duo.channel.backs import Backs
 from duo.core.text import Chunk
 from duo.errors import PromptTooLong, UsageError
+from duo.llama.grammar import Grammar
 from duo.service.config import ModelConfig, SpecConfig
 from duo.service.jobs import Delta, Engine, Event, Job, Ticket
 from duo.service.metrics import Metrics
@@ -102,6 +103,15 @@ class Lead:
         return self.session.main.tokenize(
             text, add_special=add_special, parse_special=parse_special
         )
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token stands for."""
+        return self.session.main.piece(token)
+
+    def check_grammar(self, gbnf: str) -> None:
+        """Raise UsageError if llama.cpp cannot parse the grammar (safe on any thread: it
+        only reads the vocabulary)."""
+        Grammar(self.session.main, gbnf).close()
 
     def longest_token_bytes(self) -> int | None:
         return self.session.main.longest_token_bytes()

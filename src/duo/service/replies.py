@@ -4,64 +4,87 @@ A `Reply` turns the text of choice `index` into the `choices[]` entries of a res
 whole choice (`whole`), or stream pieces as the text arrives (`start`, `text`, `end`; each
 returns the entries to send, one chunk each; the last entry of `end` carries the
 finish_reason). `CompletionReply` shapes /v1/completions, `ChatReply` /v1/chat/completions,
-with tool calls parsed out of the text when the request offers tools.
+with tool calls parsed out of the text when the request offers tools. With `logprobs`
+asked for, `shape` turns the logprob entries of the tokens that spelled a piece of text
+into the entry's `logprobs` field.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from duo.core.logprobs import TokenLogprob
 from duo.service.tools import ToolCall, ToolCallStream, Tools, parse_tool_calls
 
 Entry = dict[str, Any]
+Shape = Callable[[Sequence[TokenLogprob]], Any]  # logprob entries -> the `logprobs` field
+NO_LOGPROBS: Sequence[TokenLogprob] = ()
 
 
 class Reply(Protocol):
     def start(self) -> list[Entry]: ...
 
-    def text(self, text: str) -> list[Entry]: ...
+    def text(self, text: str, logprobs: Sequence[TokenLogprob] = NO_LOGPROBS) -> list[Entry]: ...
 
     def end(self, finish: str) -> list[Entry]: ...
 
-    def whole(self, text: str, finish: str) -> Entry: ...
+    def whole(
+        self, text: str, finish: str, logprobs: Sequence[TokenLogprob] = NO_LOGPROBS
+    ) -> Entry: ...
 
 
 class CompletionReply:
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, shape: Shape | None = None) -> None:
         self.index = index
+        self.shape = shape
 
-    def _entry(self, text: str, finish: str | None) -> Entry:
-        return {"index": self.index, "text": text, "logprobs": None, "finish_reason": finish}
+    def _entry(
+        self, text: str, finish: str | None, logprobs: Sequence[TokenLogprob] = NO_LOGPROBS
+    ) -> Entry:
+        shaped = self.shape(logprobs) if self.shape else None
+        return {"index": self.index, "text": text, "logprobs": shaped, "finish_reason": finish}
 
     def start(self) -> list[Entry]:
         return []
 
-    def text(self, text: str) -> list[Entry]:
-        return [self._entry(text, None)]
+    def text(self, text: str, logprobs: Sequence[TokenLogprob] = NO_LOGPROBS) -> list[Entry]:
+        return [self._entry(text, None, logprobs)]
 
     def end(self, finish: str) -> list[Entry]:
         return [self._entry("", finish)]
 
-    def whole(self, text: str, finish: str) -> Entry:
-        return self._entry(text, finish)
+    def whole(
+        self, text: str, finish: str, logprobs: Sequence[TokenLogprob] = NO_LOGPROBS
+    ) -> Entry:
+        return self._entry(text, finish, logprobs)
 
 
 class ChatReply:
-    def __init__(self, index: int, tools: Tools | None = None) -> None:
+    def __init__(self, index: int, tools: Tools | None = None, shape: Shape | None = None) -> None:
         self.index = index
         self.tools = tools
+        self.shape = shape
         self.stream = ToolCallStream(tools.names) if tools is not None else None
+        self._held: list[TokenLogprob] = []  # entries of text a tool call may hold back
 
     def _entry(self, delta: dict[str, Any], finish: str | None = None) -> Entry:
         return {"index": self.index, "delta": delta, "logprobs": None, "finish_reason": finish}
 
+    def _with_held(self, entry: Entry) -> Entry:
+        if self.shape and self._held:
+            entry["logprobs"] = self.shape(self._held)
+        self._held = []
+        return entry
+
     def start(self) -> list[Entry]:
         return [self._entry({"role": "assistant", "content": ""})]
 
-    def text(self, text: str) -> list[Entry]:
+    def text(self, text: str, logprobs: Sequence[TokenLogprob] = NO_LOGPROBS) -> list[Entry]:
+        self._held.extend(logprobs)
         if self.stream is not None:
             text = self.stream.feed(text)
-        return [self._entry({"content": text})] if text else []
+        return [self._with_held(self._entry({"content": text}))] if text else []
 
     def end(self, finish: str) -> list[Entry]:
         out = []
@@ -73,9 +96,12 @@ class ChatReply:
                 out.append(self._entry({"tool_calls": _call_deltas(calls)}))
                 finish = "tool_calls"
         out.append(self._entry({}, finish))
+        out[0] = self._with_held(out[0])
         return out
 
-    def whole(self, text: str, finish: str) -> Entry:
+    def whole(
+        self, text: str, finish: str, logprobs: Sequence[TokenLogprob] = NO_LOGPROBS
+    ) -> Entry:
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if self.tools is not None:
             content, calls = parse_tool_calls(text, self.tools.names)
@@ -83,7 +109,13 @@ class ChatReply:
             if calls:
                 message["tool_calls"] = [c.as_json() for c in calls]
                 finish = "tool_calls"
-        return {"index": self.index, "message": message, "logprobs": None, "finish_reason": finish}
+        shaped = self.shape(logprobs) if self.shape else None
+        return {
+            "index": self.index,
+            "message": message,
+            "logprobs": shaped,
+            "finish_reason": finish,
+        }
 
 
 def _call_deltas(calls: list[ToolCall]) -> list[dict[str, Any]]:

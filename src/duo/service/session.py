@@ -30,6 +30,7 @@ from contextlib import contextmanager
 
 from duo.core.choice import Chooser, Longest, PerSource
 from duo.core.engine import DraftSource, Generation, NoDrafts, Round, run
+from duo.core.logprobs import TokenLogprob
 from duo.core.policy import CostModel, calibrate
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
@@ -37,6 +38,7 @@ from duo.drafting.lookup import NgramDrafts, SuffixDrafts, SuffixMemory
 from duo.drafting.sources import Shared, Sources, SyncDrafts, ThreadDrafts
 from duo.errors import IncompatibleModels, UsageError
 from duo.llama.backend import Model
+from duo.llama.grammar import Grammar
 from duo.service.config import ModelConfig, SpecConfig
 
 
@@ -106,25 +108,42 @@ class Session:
         return NoDrafts() if not sources else sources[0] if len(sources) == 1 else Sources(sources)
 
     def generation(
-        self, prompt: list[int], max_tokens: int, sampling: SamplingParams = GREEDY, slot: int = 0
+        self,
+        prompt: list[int],
+        max_tokens: int,
+        sampling: SamplingParams = GREEDY,
+        slot: int = 0,
+        record: list[TokenLogprob] | None = None,
     ) -> Generation:
-        """A generation on sequence `slot` of the main model (not started)."""
+        """A generation on sequence `slot` of the main model (not started). With
+        `sampling.logprobs` set, each sampled token's entry is appended to `record` (a
+        round samples its tokens before it is settled; past an end-of-generation token,
+        entries belong to no emitted token). A response_format's grammar lives as long as
+        the generation."""
+        grammar = Grammar(self.main, sampling.grammar) if sampling.grammar else None
         return Generation(
             self.main.sequence(slot),
             prompt,
             max_tokens=max_tokens,
             drafts=self.drafts(),
             draft_max=self.spec.draft_max,
-            sampler=sampling.sampler(),
+            sampler=sampling.sampler(grammar, record),
             policy=self.policy(slot),
             min_batch=2 if self.spec.deterministic else 1,
+            on_end=grammar.close if grammar else None,
         )
 
     def rounds(
-        self, prompt: list[int], max_tokens: int, stats: Stats, sampling: SamplingParams = GREEDY
+        self,
+        prompt: list[int],
+        max_tokens: int,
+        stats: Stats,
+        sampling: SamplingParams = GREEDY,
+        record: list[TokenLogprob] | None = None,
     ) -> Iterator[Round]:
-        """Generate on the calling thread (pinned to the main cores, if any), round by round."""
-        g = self.generation(prompt, max_tokens, sampling)
+        """Generate on the calling thread (pinned to the main cores, if any), round by round
+        (`record`: see generation)."""
+        g = self.generation(prompt, max_tokens, sampling, record=record)
         with pinned(self.spec.main_cores):
             for r in run(g.main, g, stats.add_prefill):
                 stats.add(r)
