@@ -341,15 +341,30 @@ class Recording(dict):  # type: ignore[type-arg]
 
 
 def test_every_request_field_the_lead_reads_is_in_the_openapi_document() -> None:
+    from duo.core.sampling import GREEDY
     from duo.service.openai_format import chat_messages, output_fields, sampling_fields
+    from duo.service.openai_sampling import grammar_text, sampling_extras
     from duo.service.tools import tool_fields
 
     schemas = openapi_schema()["components"]["schemas"]
     for name, parsers in [
-        ("CompletionRequest", [lambda b: sampling_fields(b, 16, 256)]),
+        (
+            "CompletionRequest",
+            [
+                lambda b: sampling_fields(b, 16, 256),
+                lambda b: sampling_extras(b, GREEDY, 1000, chat=False),
+                grammar_text,
+            ],
+        ),
         (
             "ChatCompletionRequest",
-            [lambda b: sampling_fields(b, 16, 256), chat_messages, tool_fields],
+            [
+                lambda b: sampling_fields(b, 16, 256),
+                lambda b: sampling_extras(b, GREEDY, 1000, chat=True),
+                grammar_text,
+                chat_messages,
+                tool_fields,
+            ],
         ),
     ]:
         body = Recording({"messages": [{"role": "user", "content": "hi"}]})

@@ -63,6 +63,29 @@ _SAMPLING: dict[str, Schema] = {
     "stream": {"type": "boolean", "default": False},
     "stream_options": _obj({"include_usage": _BOOL}),
     "user": _STR,
+    "logit_bias": {
+        "type": "object",
+        "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100},
+        "description": "token ID (as a string) -> bias added to its logit",
+    },
+    "presence_penalty": {"type": "number", "minimum": -2, "maximum": 2, "default": 0},
+    "frequency_penalty": {"type": "number", "minimum": -2, "maximum": 2, "default": 0},
+    "response_format": _obj(
+        {
+            "type": {"enum": ["text", "json_object", "json_schema"]},
+            "json_schema": _obj({"name": _STR, "schema": _ANY_OBJ, "strict": _BOOL}),
+            "schema": _ANY_OBJ,
+        },
+        ("type",),
+    ),
+}
+# logprobs: a flag and a count of alternatives for chat, the count alone for completions
+_CHAT_LOGPROBS: dict[str, Schema] = {
+    "logprobs": {"type": "boolean", "default": False},
+    "top_logprobs": {"type": "integer", "minimum": 0, "maximum": 20},
+}
+_COMPLETION_LOGPROBS: dict[str, Schema] = {
+    "logprobs": {"type": "integer", "minimum": 0, "maximum": 20},
 }
 
 _MESSAGE = _obj(
@@ -233,6 +256,7 @@ SCHEMAS: dict[str, Schema] = {
                 "description": "text, or the prompt's token IDs",
             },
             **_SAMPLING,
+            **_COMPLETION_LOGPROBS,
         },
         ("prompt",),
     ),
@@ -242,7 +266,7 @@ SCHEMAS: dict[str, Schema] = {
         description="a whole completion; with stream, SSE events of this shape (text "
         "pieces), ending in `data: [DONE]`",
     ),
-    "ChatCompletionRequest": _obj({**_CHAT_FIELDS, **_SAMPLING}, ("messages",)),
+    "ChatCompletionRequest": _obj({**_CHAT_FIELDS, **_SAMPLING, **_CHAT_LOGPROBS}, ("messages",)),
     "ChatCompletion": _obj(
         {**_RESPONSE_META, "choices": _arr(_CHAT_CHOICE)},
         ("id", "object", "created", "model", "choices"),
