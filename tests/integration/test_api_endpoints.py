@@ -391,3 +391,21 @@ def test_tool_choice_forces_a_valid_call(
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(**request, response_format={"type": "json_object"})
     assert info.value.param == "response_format"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        {"type": "object", "properties": {"hour": {"type": "integer", "maximum": 23}}},
+        {"$ref": "#"},  # a rule that is only itself: llama.cpp's parser refuses it
+    ],
+)
+def test_forced_calls_refuse_parameters_the_grammar_cannot_hold(
+    tool_lead: str, parameters: dict[str, Any]
+) -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": parameters}}
+    body = {"messages": QUESTION, "tools": [tool], "tool_choice": "required", "max_tokens": 8}
+    r = httpx.post(f"{tool_lead}/v1/chat/completions", json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "tools"
+    assert httpx.get(f"{tool_lead}/health", timeout=10).status_code == 200

@@ -62,13 +62,40 @@ def test_call_schema(tool: dict[str, Any], call: dict[str, Any], valid: bool) ->
     assert validator.is_valid(call) == valid
 
 
-def test_call_schema_rebases_local_refs_and_leaves_the_tool_alone() -> None:
-    schema = call_schema(BOOKING)
+def test_call_schema_moves_local_refs_to_its_own_defs_and_leaves_the_tool_alone() -> None:
+    schema = call_schema(BOOKING, 2)
     guest = schema["properties"]["arguments"]["properties"]["guest"]
-    assert guest == {"$ref": "#/properties/arguments/$defs/Guest"}
+    assert guest == {"$ref": "#/$defs/tool2-ref0"}
+    assert schema["$defs"]["tool2-ref0"]["required"] == ["name"]
     assert BOOKING["function"]["parameters"]["properties"]["guest"] == {  # type: ignore[index]
         "$ref": "#/$defs/Guest"
     }
+    # A recursive schema: "#" is the arguments themselves.
+    tree = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}}}
+    schema = call_schema({"type": "function", "function": {"name": "t", "parameters": tree}})
+    assert schema["$defs"]["tool0-ref0"] == schema["properties"]["arguments"]
+    jsonschema.validate({"name": "t", "arguments": {"kids": [{"kids": []}]}}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"name": "t", "arguments": {"kids": [{"kids": 1}]}}, schema)
+
+
+def test_two_tools_defs_of_one_name_stay_apart() -> None:
+    """The converter names a ref's rule after its last path part: two tools' `Item`s."""
+
+    def tool(name: str, item: dict[str, Any]) -> dict[str, Any]:
+        parameters = {
+            "type": "object",
+            "properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/Item"}}},
+            "$defs": {"Item": item},
+        }
+        return {"type": "function", "function": {"name": name, "parameters": parameters}}
+
+    sku = {"type": "object", "properties": {"sku": {"type": "string"}}, "required": ["sku"]}
+    qty = {"type": "object", "properties": {"qty": {"type": "integer"}}, "required": ["qty"]}
+    found = rules(tool_call_gbnf([tool("a", sku), tool("b", qty)], tags=False))
+    assert found["a-call-arguments-items-item"] == "tool0-ref0"
+    assert found["b-call-arguments-items-item"] == "tool1-ref0"
+    assert "sku" in found["tool0-ref0-sku-kv"] and "qty" in found["tool1-ref0-qty-kv"]
 
 
 def test_hermes_form_wraps_one_call_in_tags() -> None:

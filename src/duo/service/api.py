@@ -342,7 +342,7 @@ class Api:
             gbnf = await asyncio.to_thread(tool_call_gbnf, tools.shown(), tags)
             await asyncio.to_thread(self.lead.check_grammar, gbnf)
         except UsageError as e:
-            raise UsageError(f"a function's parameters: {e}", param="tools") from None
+            raise UsageError(str(e), param="tools") from None
         return replace(sampling, grammar=gbnf)
 
     def _check_fits(self, tokens: list[int], param: str) -> None:
