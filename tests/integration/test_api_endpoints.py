@@ -1,7 +1,8 @@
 """The API's breadth through the official openai client and llama-server's extension
 endpoints, on real models, with a back attached: `n` choices (streamed and not, seeded
 choices equal to the main model alone), stream options, tools refused where the template
-cannot show them, /tokenize, /detokenize, /apply-template, /props and /openapi.json."""
+cannot show them, tool calls (the model's own, and forced by tool_choice), /tokenize,
+/detokenize, /apply-template, /props and /openapi.json."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema
 import openai
 import pytest
 from openapi_spec_validator import validate
@@ -317,3 +319,93 @@ def test_a_real_model_calls_a_tool(tool_lead: str) -> None:
     plain = client.chat.completions.create(**request, tool_choice="none")
     assert plain.choices[0].finish_reason != "tool_calls"
     assert not plain.choices[0].message.tool_calls
+
+
+ALARM: Any = {
+    "type": "function",
+    "function": {
+        "name": "set_alarm",
+        "description": "Set an alarm",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "hour": {"type": "integer"},
+                "label": {"type": "string"},
+                # Bounded: greedy, the 135M model would repeat "tue" until max_tokens.
+                "days": {"type": "array", "items": {"enum": ["mon", "tue", "wed"]}, "maxItems": 3},
+            },
+            "required": ["hour", "days"],
+        },
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("choice", "names"),
+    [
+        ("required", {"get_weather", "set_alarm"}),
+        ({"type": "function", "function": {"name": "set_alarm"}}, {"set_alarm"}),
+        ({"type": "function", "function": {"name": "get_weather"}}, {"get_weather"}),
+    ],
+)
+@pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 1.0, "seed": 3}])
+def test_tool_choice_forces_a_valid_call(
+    tool_lead: str, choice: Any, names: set[str], sampling: dict[str, Any]
+) -> None:
+    """With no example turns SmolLM2-135M answers in prose; "required" and a named function
+    hold it to a call (a grammar), whose arguments validate against the parameters."""
+    client = openai.OpenAI(base_url=f"{tool_lead}/v1", api_key="x", timeout=120, max_retries=0)
+    tools = {t["function"]["name"]: t for t in (WEATHER, ALARM)}
+    request: dict[str, Any] = {
+        "model": "duo",
+        "messages": [{"role": "user", "content": "What is the weather in Oslo?"}],
+        "tools": list(tools.values()),
+        "tool_choice": choice,
+        "max_tokens": 60,
+        **sampling,
+    }
+
+    def check(name: str, arguments: str) -> None:
+        assert name in names
+        jsonschema.validate(json.loads(arguments), tools[name]["function"]["parameters"])
+
+    whole = client.chat.completions.create(**request)
+    reply = whole.choices[0]
+    assert reply.finish_reason == "tool_calls", reply
+    assert reply.message.content is None
+    [call] = reply.message.tool_calls or []
+    check(call.function.name, call.function.arguments)  # type: ignore[union-attr]
+
+    # Streamed: one call in a tool_calls delta, no content.
+    deltas, finish = [], None
+    for chunk in client.chat.completions.create(**request, stream=True):
+        for c in chunk.choices:
+            deltas += c.delta.tool_calls or []
+            assert not c.delta.content
+            finish = c.finish_reason or finish
+    assert finish == "tool_calls"
+    [delta] = deltas
+    check(delta.function.name, delta.function.arguments)  # type: ignore[union-attr, arg-type]
+
+    # A grammar of its own besides: refused, naming the field.
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(**request, response_format={"type": "json_object"})
+    assert info.value.param == "response_format"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        {"type": "object", "properties": {"hour": {"type": "integer", "maximum": 23}}},
+        {"$ref": "#"},  # a rule that is only itself: llama.cpp's parser refuses it
+    ],
+)
+def test_forced_calls_refuse_parameters_the_grammar_cannot_hold(
+    tool_lead: str, parameters: dict[str, Any]
+) -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": parameters}}
+    body = {"messages": QUESTION, "tools": [tool], "tool_choice": "required", "max_tokens": 8}
+    r = httpx.post(f"{tool_lead}/v1/chat/completions", json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "tools"
+    assert httpx.get(f"{tool_lead}/health", timeout=10).status_code == 200

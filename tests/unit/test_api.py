@@ -45,6 +45,9 @@ class ScriptedLead:
     def render_chat(self, messages: list[dict[str, Any]], tools: Any = None) -> str:
         return self.render(messages, tools)  # type: ignore[no-any-return]
 
+    def check_grammar(self, gbnf: str) -> None:
+        pass
+
     async def events(self, job: Job) -> AsyncIterator[Any]:
         self.jobs.append(job)
         text = self.script(job)
@@ -239,6 +242,53 @@ def test_tool_calls_whole_and_streamed() -> None:
     # The tools reached the template; /apply-template shows the same prompt.
     text = prompt.json()["prompt"]
     assert '"name": "get_weather"' in text and "<tools>" in text
+
+
+def test_required_and_named_tool_choice_set_the_call_grammar() -> None:
+    lead = ScriptedLead(QWEN25, script=lambda job: CALL)
+    body = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER]}
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    strict = {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "parameters": {"type": "object", "properties": {"n": {"minimum": 1}}},
+        },
+    }
+
+    async def go() -> list[httpx.Response]:
+        async with client(lead) as c:
+            return (
+                [
+                    await c.post("/v1/chat/completions", json={**body, "tool_choice": choice})
+                    for choice in ("auto", "required", named)
+                ]
+                + [
+                    await c.post(
+                        "/v1/chat/completions",
+                        json={**body, "tool_choice": "required", "response_format": fmt},
+                    )
+                    for fmt in ({"type": "text"}, {"type": "json_object"})
+                ]
+                + [
+                    await c.post(
+                        "/v1/chat/completions",
+                        json={**body, "tools": [strict], "tool_choice": "required"},
+                    )
+                ]
+            )
+
+    auto, required, by_name, text, json_object, unenforceable = run(go())
+    for r in (auto, required, by_name, text):
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["finish_reason"] == "tool_calls"
+    assert_error(json_object, 400, "response_format")
+    assert "minimum" in assert_error(unenforceable, 400, "tools")["message"]
+    grammars = [job.sampling.grammar for job in lead.jobs]
+    assert grammars[0] is None  # auto: the model may answer in text
+    for gbnf in grammars[1:]:
+        assert gbnf is not None
+        assert gbnf.startswith('root ::= "<tool_call>" "\\n"? ( get-weather-call )')
 
 
 def test_earlier_tool_calls_need_a_template_that_shows_them() -> None:

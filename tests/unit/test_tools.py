@@ -85,10 +85,10 @@ def test_tool_choice_forms() -> None:
     assert tool_fields({"tools": [WEATHER], "tool_choice": "none"}) is None
     auto = tool_fields({"tools": [WEATHER, TIME]})
     assert auto is not None and auto.choice == "auto" and auto.names == NAMES
-    assert auto.constraint() is None
+    assert not auto.forced
     required = tool_fields({"tools": [WEATHER, TIME], "tool_choice": "required"})
     assert required is not None and len(required.shown()) == 2
-    assert len(required.constraint()["oneOf"]) == 2  # type: ignore[index]
+    assert required.forced
     named = tool_fields(
         {
             "tools": [WEATHER, TIME],
@@ -97,7 +97,7 @@ def test_tool_choice_forms() -> None:
     )
     assert named is not None and named.choice == "get_time"
     assert named.shown() == [TIME]
-    assert named.constraint()["properties"]["name"] == {"const": "get_time"}  # type: ignore[index]
+    assert named.forced
 
 
 @pytest.mark.parametrize(
@@ -157,11 +157,13 @@ def test_template_caps() -> None:
         True,
         True,
     )
+    assert qwen.tool_call_tags  # it asks for <tool_call> blocks: the Hermes form
     smol = template_caps(renderer(SMOLLM2))
     assert not smol.supports_tools and not smol.supports_tool_calls
     strings = template_caps(renderer(STRING_ARGS))
     assert not strings.supports_tools
     assert strings.supports_tool_calls and not strings.object_arguments
+    assert not strings.tool_call_tags and not smol.tool_call_tags
 
 
 def test_tools_and_calls_render_through_a_real_template() -> None:

@@ -2,14 +2,17 @@
 
 A `Grammar` is one generation's grammar state over a model's vocabulary (llama.cpp's
 grammar sampler); it implements duo.core.sampling.Constraint. `json_schema_gbnf` turns a
-JSON schema into GBNF with llama.cpp's converter (as shipped in llama-cpp-python), and
+JSON schema into GBNF with llama.cpp's converter (as shipped in llama-cpp-python),
+`json_schema_rules` several schemas into rules a larger grammar refers to, and
 `JSON_OBJECT` is llama.cpp's grammar for any JSON object.
 """
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -131,6 +134,41 @@ def json_schema_gbnf(schema: dict[str, Any]) -> str:
     (`UNENFORCED`: numeric bounds, uniqueItems, not, ...) are refused."""
     from llama_cpp.llama_grammar import json_schema_to_gbnf
 
+    _check_enforceable(schema)
+    try:
+        gbnf: str = json_schema_to_gbnf(json.dumps(schema))
+    except Exception as e:  # the converter raises what it cannot express, in many types
+        raise UsageError(
+            f"the JSON schema cannot be turned into a grammar: {str(e)[:300]}"
+        ) from None
+    return gbnf
+
+
+def json_schema_rules(schemas: Sequence[tuple[str, dict[str, Any]]]) -> tuple[list[str], str]:
+    """GBNF rules for several JSON schemas, for a grammar to refer to (as llama.cpp's
+    common_grammar_builder adds schemas): the name of each schema's rule (from the name
+    given, made a valid rule name and unique), and the text of all the rules, without a
+    root. Each schema's local $refs resolve within that schema."""
+    from llama_cpp import llama_grammar
+
+    schema_converter: Any = llama_grammar.SchemaConverter  # untyped
+    converter = schema_converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    names: list[str] = []
+    for i, (name, schema) in enumerate(schemas):
+        _check_enforceable(schema)
+        try:
+            # The converter rewrites each "#/..." $ref in place as "<url>#/...".
+            resolved = converter.resolve_refs(copy.deepcopy(schema), f"schema{i}")
+            names.append(converter.visit(resolved, name))
+        except Exception as e:  # the converter raises what it cannot express, in many types
+            raise UsageError(
+                f"the JSON schema cannot be turned into a grammar: {str(e)[:300]}"
+            ) from None
+    rules: str = converter.format_grammar()
+    return names, rules
+
+
+def _check_enforceable(schema: dict[str, Any]) -> None:
     try:
         where = unenforced(schema)
     except RecursionError:
@@ -141,13 +179,6 @@ def json_schema_gbnf(schema: dict[str, Any]) -> str:
             f"the JSON schema uses '{keyword}' (at {where[:200]}), which structured output "
             "cannot enforce"
         )
-    try:
-        gbnf: str = json_schema_to_gbnf(json.dumps(schema))
-    except Exception as e:  # the converter raises what it cannot express, in many types
-        raise UsageError(
-            f"the JSON schema cannot be turned into a grammar: {str(e)[:300]}"
-        ) from None
-    return gbnf
 
 
 def nesting(gbnf: str) -> int:

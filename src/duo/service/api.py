@@ -66,6 +66,7 @@ from duo.service.openai_sampling import (
 from duo.service.openapi import openapi_schema
 from duo.service.origin import Origin
 from duo.service.replies import ChatReply, CompletionReply, Entry, Reply
+from duo.service.tool_grammar import tool_call_gbnf
 from duo.service.tools import TemplateCaps, Tools, template_caps, template_messages, tool_fields
 
 log = logging.getLogger(__name__)
@@ -230,8 +231,8 @@ class Api:
         # Rendered, then tokenized: the size check comes between them.
         tokens = await self.tokenize(text, add_special=False, param="messages")
         self._check_fits(tokens, "messages")
-        # tool_choice "required" or a named function: tools.constraint() is the JSON schema
-        # a grammar sampler would hold the reply to; none is applied yet (see duo.service.tools).
+        if tools is not None and tools.forced:
+            sampling = await self._tool_grammar(sampling, tools)
         jobs = choice_jobs(tokens, max_tokens, stops, sampling, output.n)
         meta = {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
@@ -326,6 +327,23 @@ class Api:
         except UsageError as e:
             raise UsageError(str(e), param="response_format") from None
         return sampling if gbnf is None else replace(sampling, grammar=gbnf)
+
+    async def _tool_grammar(self, sampling: SamplingParams, tools: Tools) -> SamplingParams:
+        """`sampling` with the grammar that holds the reply to a call to one of the tools
+        (tool_choice "required" or a named function), built and parsed off the event loop."""
+        if sampling.grammar is not None:
+            raise UsageError(
+                "'response_format' cannot be combined with tool_choice 'required' or a "
+                "named function: the reply is a tool call",
+                param="response_format",
+            )
+        tags = (await self.template_caps()).tool_call_tags
+        try:
+            gbnf = await asyncio.to_thread(tool_call_gbnf, tools.shown(), tags)
+            await asyncio.to_thread(self.lead.check_grammar, gbnf)
+        except UsageError as e:
+            raise UsageError(str(e), param="tools") from None
+        return replace(sampling, grammar=gbnf)
 
     def _check_fits(self, tokens: list[int], param: str) -> None:
         try:

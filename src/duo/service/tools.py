@@ -19,9 +19,9 @@ reply that is nothing but such a JSON object, a list of them, or `{"tool_call": 
 anything else stays text. The output is never changed: a reply that holds no call is the
 generated text exactly.
 
-`tool_choice` "required" and a named function are not enforced by a grammar yet: the model
-is asked (a named choice shows the template that function alone) and its reply is parsed;
-`constraint()` gives the JSON schema a grammar sampler would enforce.
+`tool_choice` "required" and a named function show the model the tools it may call (a named
+choice shows that function alone) and hold its reply to one call to them with a grammar
+(duo.service.tool_grammar), in the form the template asks for (`TemplateCaps.tool_call_tags`).
 """
 
 from __future__ import annotations
@@ -61,23 +61,10 @@ class Tools:
             return self.functions
         return [t for t in self.functions if t["function"]["name"] == self.choice]
 
-    def constraint(self) -> dict[str, Any] | None:
-        """The JSON schema of the reply a grammar would enforce ("auto": none): one call
-        ({"name", "arguments"}) to an allowed function."""
-        if self.choice == "auto":
-            return None
-        calls = [
-            {
-                "type": "object",
-                "properties": {
-                    "name": {"const": t["function"]["name"]},
-                    "arguments": t["function"].get("parameters") or {"type": "object"},
-                },
-                "required": ["name", "arguments"],
-            }
-            for t in self.shown()
-        ]
-        return calls[0] if len(calls) == 1 else {"oneOf": calls}
+    @property
+    def forced(self) -> bool:
+        """Whether the reply must be a call ("required" or a named function)."""
+        return self.choice != "auto"
 
 
 @dataclass(frozen=True)
@@ -183,6 +170,7 @@ class TemplateCaps:
     supports_tools: bool  # it shows the tools to the model
     supports_tool_calls: bool  # it shows earlier tool calls in the conversation
     object_arguments: bool  # it wants tool-call arguments as objects, not JSON text
+    tool_call_tags: bool  # it writes (or asks for) calls in <tool_call> tags
 
     def as_json(self) -> dict[str, bool]:
         return {
@@ -208,20 +196,23 @@ def template_caps(render: Render) -> TemplateCaps:
 
     arguments = {"probe_argument": "probe value"}
     shown = '"probe_argument": "probe value"'
-    tools = _shows(render, [user], [_PROBE_TOOL], _PROBE_NAME)
-    objects = _shows(render, call(arguments), [_PROBE_TOOL], shown)
-    strings = not objects and _shows(render, call(json.dumps(arguments)), None, shown)
-    return TemplateCaps(tools, objects or strings, objects)
+    with_tools = _rendered(render, [user], [_PROBE_TOOL])
+    with_call = _rendered(render, call(arguments), [_PROBE_TOOL])
+    tools = _PROBE_NAME in with_tools
+    objects = shown in with_call
+    with_text_call = "" if objects else _rendered(render, call(json.dumps(arguments)), None)
+    strings = shown in with_text_call
+    # llama.cpp picks its Hermes format for a template that holds "<tool_call>".
+    tags = OPEN in with_tools + with_call + with_text_call
+    return TemplateCaps(tools, objects or strings, objects, tags)
 
 
-def _shows(
-    render: Render, messages: list[Message], tools: list[dict[str, Any]] | None, text: str
-) -> bool:
-    """Whether the prompt rendered from these messages and tools holds `text`."""
+def _rendered(render: Render, messages: list[Message], tools: list[dict[str, Any]] | None) -> str:
+    """The prompt rendered from these messages and tools ("" if the template refuses)."""
     try:
-        return text in render(messages, tools)
+        return render(messages, tools)
     except Exception:  # a template may raise on what it does not know
-        return False
+        return ""
 
 
 def template_messages(messages: Sequence[Message], object_arguments: bool) -> list[Message]:

@@ -1,0 +1,93 @@
+"""The grammar that holds a reply to a tool call: `tool_choice` "required" or a named
+function, enforced as llama-server enforces it (llama.cpp's common/chat builds the same
+grammar for its Hermes and generic formats when a call is required).
+
+    call_schema(tool, index)     the JSON schema of one call to a function
+    tool_call_gbnf(tools, tags)  GBNF for a reply that is one call to one of `tools`
+
+The reply is `{"name": <the function's name>, "arguments": <an object valid against its
+parameters>}`, wrapped in `<tool_call>` ... `</tool_call>` when the chat template writes
+calls so (Hermes 2 Pro, Qwen 2.5 and 3, ...), else bare (llama.cpp's generic form): both
+are forms `parse_tool_calls` reads. The grammar is complete once the call is, so the only
+token allowed after it ends the generation: one call per reply.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from duo.errors import UsageError
+from duo.llama.grammar import json_schema_rules, unenforced
+from duo.service.tools import CLOSE, OPEN
+
+
+def call_schema(tool: dict[str, Any], index: int = 0) -> dict[str, Any]:
+    """The JSON schema of a call to `tool` (a checked entry of `tools`, the `index`th).
+
+    Each local $ref in its parameters points into the call schema's own `$defs`, under a
+    key unique to this tool and ref: llama.cpp's converter names a ref's rule after the
+    last part of its path, so two tools' `#/$defs/Item` would otherwise share one rule."""
+    function = tool["function"]
+    parameters = function.get("parameters") or {"type": "object"}
+    refs: dict[str, str] = {}  # each local $ref in the parameters -> its key in $defs
+    arguments = _rewritten(parameters, refs, index)
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"name": {"const": function["name"]}, "arguments": arguments},
+        "required": ["name", "arguments"],
+    }
+    if refs:
+        schema["$defs"] = {key: _target(arguments, ref) for ref, key in refs.items()}
+    return schema
+
+
+def _rewritten(schema: Any, refs: dict[str, str], index: int) -> Any:
+    """`schema` with each local $ref ("#" or "#/...") made "#/$defs/<its key in refs>"."""
+    if isinstance(schema, list):
+        return [_rewritten(s, refs, index) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _rewritten(v, refs, index) for k, v in schema.items()}
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
+        key = refs.setdefault(ref, f"tool{index}-ref{len(refs)}")
+        out["$ref"] = f"#/$defs/{key}"
+    return out
+
+
+def _target(schema: Any, ref: str) -> Any:
+    """The part of `schema` a local $ref points at (a JSON pointer)."""
+    target = schema
+    for part in ref[2:].split("/") if ref != "#" else []:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(target, dict) and part in target:
+            target = target[part]
+        elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+            target = target[int(part)]
+        else:
+            raise UsageError(f"'$ref' {ref[:200]!r} in the tools' parameters points at nothing")
+    return target
+
+
+def tool_call_gbnf(tools: list[dict[str, Any]], tags: bool) -> str:
+    """GBNF for a reply that is one call to one of `tools`, inside `<tool_call>` tags if
+    `tags` (with the newlines Hermes templates put inside the tags allowed), bare if not.
+    Raises UsageError for parameters the grammar cannot enforce."""
+    for tool in tools:
+        name = tool["function"]["name"]
+        where = unenforced(tool["function"].get("parameters"))
+        if where:
+            keyword = where.rsplit("/", 1)[1]
+            raise UsageError(
+                f"the parameters of {name!r} use '{keyword}' (at {where[:200]}), which a "
+                "forced tool call cannot enforce"
+            )
+    try:
+        names, rules = json_schema_rules(
+            [(f"{t['function']['name']}-call", call_schema(t, i)) for i, t in enumerate(tools)]
+        )
+    except UsageError as e:
+        raise UsageError(f"the tools' parameters: {e}") from None
+    call = " | ".join(names)
+    root = f'"{OPEN}" "\\n"? ( {call} ) "\\n"? "{CLOSE}"' if tags else f"( {call} )"
+    return f"root ::= {root}\n{rules}\n"
