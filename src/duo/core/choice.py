@@ -7,7 +7,7 @@ verifies the proposal with the most expected tokens per second.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from duo.core.draft import Proposal, common_prefix
@@ -92,16 +92,20 @@ class PerSource:
     and a drafter that can rest does (it stops slowing the main model on a shared machine).
     """
 
-    def __init__(
-        self, costs: CostModel, make: Callable[[CostModel], AdaptivePolicy] = AdaptivePolicy
-    ) -> None:
+    def __init__(self, costs: CostModel, always_ready: frozenset[str] = frozenset()) -> None:
         self.costs = costs
-        self.make = make
+        # Sources (by name) that propose whenever they have something and never rest (the
+        # lookups): every round shows for free whether their proposal's first token was
+        # right, which is what a skipped draft can teach, so their policies never verify a
+        # whole draft just to explore (a batched pass: on chat prompts, where lookups are
+        # mostly wrong, exploring cost a tenth of the speed).
+        self.always_ready = always_ready
         self.policies: dict[str, AdaptivePolicy] = {}
 
     def policy(self, key: str) -> AdaptivePolicy:
         if key not in self.policies:
-            self.policies[key] = self.make(self.costs)
+            explores = key.split("/")[0] not in self.always_ready  # the key: source/grade
+            self.policies[key] = AdaptivePolicy(self.costs, explore_every=8 if explores else None)
         return self.policies[key]
 
     @property

@@ -164,7 +164,8 @@ class AdaptivePolicy:
     stay current even when drafts are usually skipped. Exploring costs a batched pass, so
     while the policy keeps finding drafts not worth verifying it explores half as often
     each time (every `explore_every`-th offer at first, every `explore_max`-th at most),
-    and goes back to `explore_every` as soon as drafts pay again.
+    and goes back to `explore_every` as soon as drafts pay again (`explore_every=None`:
+    never, for sources whose every proposal is compared with the emitted tokens anyway).
 
     A drafter whose drafts are skipped still costs the main model speed when the two share
     a machine (caches, memory bandwidth). After `rest_after` rounds in a row without a draft
@@ -178,7 +179,7 @@ class AdaptivePolicy:
         self,
         costs: CostModel,
         acceptance: AcceptanceModel | None = None,
-        explore_every: int = 8,
+        explore_every: int | None = 8,
         explore_max: int = 64,
         rest_after: int = 16,
         rest_rounds: int = 32,
@@ -187,9 +188,9 @@ class AdaptivePolicy:
         self.costs = costs
         self.acceptance = acceptance or StreakAcceptance()
         self.explore_every = explore_every
-        self.explore_max = max(explore_max, explore_every)
-        self._interval = explore_every
-        self._until_explore = explore_every
+        self.explore_max = max(explore_max, explore_every or 0)
+        self._interval = explore_every or 0
+        self._until_explore = explore_every or 0
         self.rest_after = rest_after
         self.rest_rounds = rest_rounds
         self.rest_max = max(rest_max, rest_rounds)
@@ -209,10 +210,12 @@ class AdaptivePolicy:
             return 0
         best = best_length(available, self.costs.cost, self.acceptance.p, base)
         if best > 0:
-            self._interval = self.explore_every  # drafts pay: keep the estimates fresh
+            self._interval = self.explore_every or 0  # drafts pay: keep the estimates fresh
             self._declined, self._rest = 0, self.rest_rounds
         else:
             self.decline()
+        if self.explore_every is None:
+            return best
         self._until_explore -= 1
         if self._until_explore <= 0:
             if best == 0:  # still not worth it: look again later than last time

@@ -34,7 +34,7 @@ from duo.core.logprobs import TokenLogprob
 from duo.core.policy import CostModel, calibrate
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
-from duo.drafting.lookup import NgramDrafts, SuffixDrafts, SuffixMemory
+from duo.drafting.lookup import NGRAM, SUFFIX, NgramDrafts, SuffixDrafts, SuffixMemory
 from duo.drafting.sources import Shared, Sources, SyncDrafts, ThreadDrafts
 from duo.errors import IncompatibleModels, UsageError
 from duo.llama.backend import Model
@@ -174,7 +174,8 @@ class Session:
         its own policy (its own streaks and rests); all share the cost model."""
         if slot not in self._policies:
             adaptive = self.spec.mode == "async" and self.spec.adaptive
-            self._policies[slot] = PerSource(self.costs()) if adaptive else Longest()
+            lookups = frozenset({NGRAM, SUFFIX})
+            self._policies[slot] = PerSource(self.costs(), lookups) if adaptive else Longest()
         return self._policies[slot]
 
     def costs(self) -> CostModel:
