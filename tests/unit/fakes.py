@@ -101,6 +101,12 @@ class FakeBatchModel:
         self.seqs = seqs
         self.passes: list[list[int]] = []  # per pass, the tokens of each part
 
-    def decode_batch(self, parts: Sequence[tuple[int, Sequence[int]]]) -> list[np.ndarray]:
+    def decode_batch(
+        self,
+        parts: Sequence[tuple[int, Sequence[int]]],
+        prefill: Sequence[tuple[int, Sequence[int]]] = (),
+    ) -> list[np.ndarray]:
         self.passes.append([len(tokens) for _, tokens in parts])
+        for seq, tokens in prefill:
+            self.seqs[seq].decode(tokens, all_logits=False)
         return [self.seqs[seq].decode(tokens) for seq, tokens in parts]

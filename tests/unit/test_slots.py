@@ -122,3 +122,31 @@ def test_seeded_sampling_is_per_generation() -> None:
             assert isinstance(r, Round)
             outs[i].extend(r.tokens)
     assert outs == [alone([1, 2]), alone([3, 3])]
+
+
+def test_a_prompt_fed_in_pieces_alongside_a_running_generation() -> None:
+    """A new generation's prompt rides along, a few tokens a pass, with another's rounds:
+    both outputs are the main model's, and the newcomer's first round waits for its whole
+    prompt."""
+    table = table_model(5)
+    seqs = [FakeModel(table) for _ in range(2)]
+    main = FakeBatchModel(seqs)
+    first = Generation(seqs[0], [1, 2, 3], max_tokens=30)
+    first.start()
+    prompt = [4, 5, 6, 7, 8, 9, 10, 11]
+    second = Generation(seqs[1], prompt, max_tokens=12)
+    reused, missing = second.begin()
+    assert (reused, list(missing)) == (0, prompt[:-1])
+    pending = list(missing)
+    out: dict[int, list[int]] = {0: [], 1: []}
+    while not (first.finish and second.finish):
+        gens = [(0, first)] if not first.finish else []
+        if not pending and not second.finish:
+            gens.append((1, second))
+        piece = pending[:3]
+        del pending[:3]
+        for (seq, _), r in zip(gens, step(main, gens, [(1, piece)] if piece else []), strict=True):
+            assert isinstance(r, Round)
+            out[seq].extend(r.tokens)
+    assert out[0] == reference(table, [1, 2, 3], 30)
+    assert out[1] == reference(table, prompt, 12)

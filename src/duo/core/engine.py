@@ -110,6 +110,16 @@ class Prefill:
 
 def prefill(main: MainModel, prompt: Sequence[int]) -> Prefill:
     """Fill the main KV with all prompt tokens but the last (the first round feeds it)."""
+    t0 = time.perf_counter()
+    reused, missing = reuse(main, prompt)
+    if missing:
+        main.decode(missing, all_logits=False)
+    return Prefill(len(prompt), reused, time.perf_counter() - t0)
+
+
+def reuse(main: MainModel, prompt: Sequence[int]) -> tuple[int, Sequence[int]]:
+    """Keep the main KV's prefix shared with the prompt: (tokens kept, the prompt tokens
+    the KV still needs: all but the last, which the first round feeds)."""
     if not prompt:
         raise UsageError("the prompt is empty")
     if len(prompt) >= main.n_ctx:
@@ -117,11 +127,8 @@ def prefill(main: MainModel, prompt: Sequence[int]) -> Prefill:
             f"the prompt has {len(prompt)} tokens; the context holds {main.n_ctx} "
             "(raise it with -c, or shorten the prompt)"
         )
-    t0 = time.perf_counter()
     reused = main.reuse_prefix(prompt[:-1])
-    if reused < len(prompt) - 1:
-        main.decode(prompt[reused:-1], all_logits=False)
-    return Prefill(len(prompt), reused, time.perf_counter() - t0)
+    return reused, prompt[reused:-1]
 
 
 def generate(
@@ -179,14 +186,23 @@ def run(
 class BatchModel(Protocol):
     """A main model with several sequences, evaluated together (duo.llama.backend.Model)."""
 
-    def decode_batch(self, parts: Sequence[tuple[int, Sequence[int]]]) -> list[Logits]: ...
+    def decode_batch(
+        self,
+        parts: Sequence[tuple[int, Sequence[int]]],
+        prefill: Sequence[tuple[int, Sequence[int]]] = (),
+    ) -> list[Logits]: ...
 
 
-def step(main: BatchModel, gens: Sequence[tuple[int, Generation]]) -> list[Round | Exception]:
+def step(
+    main: BatchModel,
+    gens: Sequence[tuple[int, Generation]],
+    prefill: Sequence[tuple[int, Sequence[int]]] = (),
+) -> list[Round | Exception]:
     """One round of several generations, each on its own sequence `seq` of `main`, in one
     pass: [(seq, generation), ...] -> each one's Round, in order, or the exception that
     ended it (one generation's failure leaves the others' rounds alone; a failed pass
-    raises).
+    raises). Pieces of other sequences' prompts (`prefill`: [(seq, tokens), ...]) ride
+    along in the same pass.
 
     Each generation's policy chooses its draft knowing what the batch already holds: the
     tokens and expected yield of the generations before it, and one token (yielding one)
@@ -207,10 +223,11 @@ def step(main: BatchModel, gens: Sequence[tuple[int, Generation]]) -> list[Round
         planned.append(i)
         expected += g.expected
         tokens += len(batch)
-    if parts:
+    if parts or prefill:
         t0 = time.perf_counter()
-        logits = main.decode_batch(parts)
+        logits = main.decode_batch(parts, prefill)
         seconds = time.perf_counter() - t0
+        tokens += sum(len(piece) for _, piece in prefill)  # the pass's cost covers them too
         for i, rows in zip(planned, logits, strict=True):
             try:
                 results[i] = gens[i][1].settle(rows, seconds, tokens)
@@ -261,6 +278,13 @@ class Generation:
         """The draft source hears of the prompt, then the main model evaluates it."""
         self.drafts.begin(self.prompt)
         return prefill(self.main, self.prompt)
+
+    def begin(self) -> tuple[int, Sequence[int]]:
+        """Start, leaving the prompt to the caller: the draft source hears of it, and the
+        main KV keeps its shared prefix. Returns (tokens kept, the prompt tokens the caller
+        must evaluate before the first round, as `step`'s prefill)."""
+        self.drafts.begin(self.prompt)
+        return reuse(self.main, self.prompt)
 
     def plan(self, base: Base = ALONE) -> list[int]:
         """The tokens this round evaluates: the last committed token and the draft."""

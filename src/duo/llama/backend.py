@@ -166,24 +166,35 @@ class Model:
             rows = len(chunk) if all_logits else 1
         return self._logits(rows)
 
-    def decode_batch(self, parts: Sequence[tuple[int, Sequence[int]]]) -> list[Logits]:
+    def decode_batch(
+        self,
+        parts: Sequence[tuple[int, Sequence[int]]],
+        prefill: Sequence[tuple[int, Sequence[int]]] = (),
+    ) -> list[Logits]:
         """Append tokens to several sequences in one pass, logits for every position:
         [(seq, tokens), ...] -> one array of rows per part, in order (views, as decode's).
-        The parts' tokens together must fit one batch (n_batch)."""
-        total = sum(len(tokens) for _, tokens in parts)
-        if not 0 < total <= self.n_batch or not all(tokens for _, tokens in parts):
+        `prefill` parts ride along without logits (pieces of prompts). All the tokens
+        together must fit one batch (n_batch)."""
+        every = [*parts, *prefill]
+        total = sum(len(tokens) for _, tokens in every)
+        if not 0 < total <= self.n_batch or not all(tokens for _, tokens in every):
             raise ValueError(f"a batch holds 1 to {self.n_batch} tokens, none empty")
-        self._fill(parts, True)
-        self._run(parts)
-        logits = self._logits(total)
+        self._fill(prefill, False, self._fill(parts, True))
+        self._run(every)
+        if not parts:
+            return []
+        logits = self._logits(sum(len(tokens) for _, tokens in parts))
         out, row = [], 0
         for _, tokens in parts:
             out.append(logits[row : row + len(tokens)])
             row += len(tokens)
         return out
 
-    def _fill(self, parts: Sequence[tuple[int, Sequence[int]]], all_logits: bool) -> None:
-        batch, i = self._batch, 0
+    def _fill(
+        self, parts: Sequence[tuple[int, Sequence[int]]], all_logits: bool, start: int = 0
+    ) -> int:
+        """Put the parts in the batch from position `start` on; return where they end."""
+        batch, i = self._batch, start
         for seq, tokens in parts:
             known = self.seqs[seq]
             if len(known) + len(tokens) > self.n_ctx:
@@ -198,6 +209,7 @@ class Model:
                 batch.logits[i] = all_logits
                 i += 1
         batch.n_tokens = i
+        return i
 
     def _run(self, parts: Sequence[tuple[int, Sequence[int]]]) -> None:
         status = self._lib.llama_decode(self._ctx, self._batch)

@@ -2,9 +2,11 @@
 
 The main model holds one sequence per slot (`duo lead --parallel N`, llama.cpp's -np).
 A request waits in the queue until a slot is free, then takes the free slot whose KV
-cache shares the longest prefix with its prompt (as llama-server picks), evaluates its
-prompt, and from then on every running request advances together: one pass of the main
-model per round holds each one's last token and chosen draft (duo.core.engine.step).
+cache shares the longest prefix with its prompt (as llama-server picks). Its prompt is
+evaluated in pieces that ride along with the running requests' rounds (whole batches
+when nothing else runs), and from then on every running request advances together: one
+pass of the main model per round holds each one's last token and chosen draft
+(duo.core.engine.step).
 A request that fails, stops or is cancelled leaves its slot without disturbing the
 others. Its text streams back as events through `emit`, which must be thread-safe.
 """
@@ -13,12 +15,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from duo.core.draft import common_prefix
-from duo.core.engine import Finish, Generation, Round, step
+from duo.core.engine import Finish, Generation, Prefill, Round, step
 from duo.core.logprobs import LogprobQueue, TokenLogprob
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
@@ -27,6 +30,11 @@ from duo.errors import DuoError
 from duo.service.session import Session, pinned
 
 log = logging.getLogger(__name__)
+
+# Prompt tokens evaluated per round while other requests run: small enough that a round
+# with a piece of prompt costs the running requests about one more round, large enough
+# that a chat prompt takes a few rounds.
+PROMPT_PIECE = 32
 
 
 @dataclass
@@ -92,6 +100,9 @@ class Running:
     record: list[TokenLogprob] | None  # the sampler's entries of the round (logprobs)
     entries: LogprobQueue  # entries waiting for the text that shows their tokens
     stats: Stats = field(default_factory=Stats)
+    prompt: list[int] = field(default_factory=list)  # prompt tokens still to evaluate
+    reused: int = 0  # prompt tokens whose KV was kept from the slot's last request
+    since: float = 0.0  # when the request took its slot
 
 
 class Engine:
@@ -197,10 +208,20 @@ class Engine:
             ticket, slot, gen, TextStream(piece, job.stops), record, LogprobQueue(piece)
         )
         self._running[slot] = running
+        running.since = time.perf_counter()
         try:
-            running.stats.add_prefill(gen.start())
+            running.reused, missing = gen.begin()
         except Exception as e:
             self._end(running, e)
+            return
+        running.prompt = list(missing)
+        if not missing:
+            self._prefilled(running)
+
+    def _prefilled(self, running: Running) -> None:
+        prompt = running.gen.prompt
+        seconds = time.perf_counter() - running.since
+        running.stats.add_prefill(Prefill(len(prompt), running.reused, seconds))
 
     def _pick_slot(self, prompt: list[int]) -> int:
         """The free slot whose cached tokens share the longest prefix with the prompt."""
@@ -213,18 +234,40 @@ class Engine:
             self._end(running, "length")
         if not self._running:
             return
-        order = sorted(self._running.values(), key=lambda r: r.slot)
+        everyone = sorted(self._running.values(), key=lambda r: r.slot)
+        order = [r for r in everyone if not r.prompt]
+        room = PROMPT_PIECE if order else self.session.main.n_batch  # alone: whole batches
+        feeding = self._prompt_pieces([r for r in everyone if r.prompt], room)
         try:
-            results = step(self.session.main, [(r.slot, r.gen) for r in order])
+            pieces = [(r.slot, piece) for r, piece in feeding]
+            results = step(self.session.main, [(r.slot, r.gen) for r in order], pieces)
         except Exception as e:  # the pass itself failed: every request in it fails
-            for running in order:
+            for running in everyone:
                 self._end(running, e)
             return
+        for running, piece in feeding:
+            del running.prompt[: len(piece)]
+            if not running.prompt:
+                self._prefilled(running)
         for running, result in zip(order, results, strict=True):
             if isinstance(result, Exception):
                 self._end(running, result)
             else:
                 self._advance(running, result)
+
+    def _prompt_pieces(self, feeding: list[Running], room: int) -> list[tuple[Running, list[int]]]:
+        """The prompt tokens this round evaluates: up to `room` in all, oldest request
+        first. A prompt evaluated in pieces alongside the running requests' rounds delays
+        each of their rounds a little, where a pass of its own would stall them all for
+        the whole prompt."""
+        pieces = []
+        for running in sorted(feeding, key=lambda r: r.since):
+            if room <= 0:
+                break
+            piece = running.prompt[:room]
+            pieces.append((running, piece))
+            room -= len(piece)
+        return pieces
 
     def _advance(self, running: Running, r: Round) -> None:
         running.stats.add(r)
