@@ -6,7 +6,11 @@ stream
 completions at once: client j sends prompts j, j+c, j+2c, ... of the suite, one after the
 other, so every count does the same work. Reported per server and count: aggregate tokens
 per second (all tokens / wall time), and over every client's requests the time to first
-token and the gap between streamed chunks (p50, p99: a client that starves shows in p99).
+token, the gap between streamed chunks, and the inter-token latency (p50, p99: a client that
+starves shows in p99). A speculative round streams several tokens in one chunk: its gap
+counts once among the gaps, and as gap / tokens for each of its tokens among the
+inter-token latencies (tokens per chunk from duo's `duo` field; llama-server streams one
+token a chunk).
 
     duo              duo lead --parallel N, free drafters, the main model on every core
     duo+back         the same lead on the main core, a back on the draft core
@@ -50,6 +54,7 @@ class LoadResult:
     seconds: float
     ttft_ms: dict[str, float]  # p50, p99
     gap_ms: dict[str, float]  # p50, p99 of the gaps between streamed chunks
+    itl_ms: dict[str, float]  # p50, p99 of the inter-token latency (a gap over its tokens)
     devices: str = ""
 
     @property
@@ -70,7 +75,7 @@ class ClientsReport:
         counts = sorted({r.clients for r in self.results})
         lines = [
             f"{'server':16} {'clients':>7} {'tok/s':>7} {'x 1 client':>10} "
-            f"{'TTFT p50/p99 ms':>16} {'gap p50/p99 ms':>15}  devices"
+            f"{'TTFT p50/p99 ms':>16} {'gap p50/p99 ms':>15} {'ITL p50/p99 ms':>15}  devices"
         ]
         for server in dict.fromkeys(r.server for r in self.results):
             one = self.best(server, counts[0])
@@ -82,7 +87,8 @@ class ClientsReport:
                 lines.append(
                     f"{server:16} {c:>7} {r.tokens_per_second:7.1f} {scale:9.2f}x "
                     f"{r.ttft_ms['p50']:7.0f}/{r.ttft_ms['p99']:<8.0f} "
-                    f"{r.gap_ms['p50']:6.0f}/{r.gap_ms['p99']:<8.0f} {r.devices}"
+                    f"{r.gap_ms['p50']:6.0f}/{r.gap_ms['p99']:<8.0f} "
+                    f"{r.itl_ms['p50']:6.1f}/{r.itl_ms['p99']:<8.1f} {r.devices}"
                 )
         return "\n".join(lines)
 
@@ -180,13 +186,15 @@ def start(
 class _Client:
     ttft: list[float] = field(default_factory=list)
     gaps: list[float] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
     tokens: int = 0
 
 
 def load(
     url: str, texts: list[str], clients: int, n: int, sampling: SamplingParams
-) -> tuple[int, float, list[float], list[float]]:
-    """`clients` clients at once over the prompts: (tokens, seconds, TTFTs, chunk gaps)."""
+) -> tuple[int, float, list[float], list[float], list[float]]:
+    """`clients` clients at once over the prompts: (tokens, seconds, TTFTs, chunk gaps,
+    inter-token latencies)."""
     runs = [_Client() for _ in range(clients)]
     errors: list[BaseException] = []
 
@@ -208,7 +216,13 @@ def load(
     if errors:
         raise errors[0]
     tokens = sum(r.tokens for r in runs)
-    return tokens, seconds, [x for r in runs for x in r.ttft], [x for r in runs for x in r.gaps]
+    return (
+        tokens,
+        seconds,
+        [x for r in runs for x in r.ttft],
+        [x for r in runs for x in r.gaps],
+        [x for r in runs for x in r.itl],
+    )
 
 
 def _stream(http: httpx.Client, text: str, n: int, sampling: SamplingParams, out: _Client) -> None:
@@ -240,6 +254,8 @@ def _stream(http: httpx.Client, text: str, n: int, sampling: SamplingParams, out
                     first = False
                 else:
                     out.gaps.append(now - last)
+                    n_tokens = max(1, int((chunk.get("duo") or {}).get("tokens", 1)))
+                    out.itl.extend([(now - last) / n_tokens] * n_tokens)
                 last = now
             usage = chunk.get("usage") or {}
             timings = chunk.get("timings") or {}
@@ -284,7 +300,7 @@ def run(
                 server = start(name, models, spec, slots, bin_dir)
                 try:
                     load(server.url, texts[-1:], 1, min(n, 16), sampling)  # warm-up
-                    tokens, seconds, ttft, gaps = load(server.url, texts, c, n, sampling)
+                    tokens, seconds, ttft, gaps, itl = load(server.url, texts, c, n, sampling)
                 finally:
                     server.stop()
                 report.results.append(
@@ -295,6 +311,7 @@ def run(
                         seconds,
                         {k: 1000 * v for k, v in percentiles(ttft).items()},
                         {k: 1000 * v for k, v in percentiles(gaps).items()},
+                        {k: 1000 * v for k, v in percentiles(itl).items()},
                         server.devices,
                     )
                 )
