@@ -29,7 +29,6 @@ import os
 import re
 import socket
 import struct
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -184,10 +183,9 @@ def setup_rpc(text: str | None, *, n_gpu_layers: int) -> None:
         return
     register(parse_endpoints(text))
     if n_gpu_layers == 0:
-        print(
-            "duo: warning: --rpc without -ngl: no layers go to the RPC servers "
-            "(use -ngl 99 to put them all there)",
-            file=sys.stderr,
+        log.warning(
+            "--rpc without -ngl: no layers go to the RPC servers "
+            "(use -ngl 99 to put them all there)"
         )
 
 

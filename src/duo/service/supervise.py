@@ -91,7 +91,6 @@ class Worker:
             self.state, self.since = "down", time.time()
             self.last_error = self._reason(proc.returncode)
             log.warning("lead worker exited (%s); restarting in %.1fs", self.last_error, delay)
-            print(f"duo lead: worker down: {self.last_error}", file=sys.stderr, flush=True)
             self.restarts += 1
             await asyncio.sleep(delay)
             delay = 0.5 if was_running else min(delay * 2, 5.0)
