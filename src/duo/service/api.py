@@ -11,7 +11,8 @@
     GET  /openapi.json          the OpenAPI 3 description of all of these (duo.service.openapi)
 
 Request parsing and response shapes live in duo.service.openai_format and
-duo.service.replies; `n` choices in duo.service.choices; tools in duo.service.tools.
+duo.service.replies; `n` choices in duo.service.choices; tools in duo.service.tools;
+answering, whole or streamed, in duo.service.delivery.
 """
 
 from __future__ import annotations
@@ -21,31 +22,27 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import aclosing
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from duo.channel import protocol
 from duo.channel.endpoint import DrafterEndpoint
-from duo.core.logprobs import TokenLogprob
 from duo.core.sampling import SamplingParams
-from duo.core.stats import Stats
-from duo.errors import AuthError, DuoError, GenerationFailed, PromptTooLong, UsageError
-from duo.service.choices import MAX_CHOICES, choice_jobs, combined, merged_events
+from duo.errors import AuthError, DuoError, PromptTooLong, UsageError
+from duo.service.choices import MAX_CHOICES, choice_jobs
+from duo.service.delivery import respond
 from duo.service.extensions import Extensions
-from duo.service.jobs import Delta, Done, Failed, Job
 from duo.service.lead import Lead
 from duo.service.metrics import Metrics
 from duo.service.openai_format import (
-    Output,
     chat_messages,
     checked_text,
     duo_error_response,
@@ -53,9 +50,6 @@ from duo.service.openai_format import (
     output_fields,
     read_body,
     sampling_fields,
-    sse,
-    timings,
-    usage,
 )
 from duo.service.openai_sampling import (
     CompletionLogprobs,
@@ -64,8 +58,7 @@ from duo.service.openai_sampling import (
     sampling_extras,
 )
 from duo.service.openapi import openapi_schema
-from duo.service.origin import Origin
-from duo.service.replies import ChatReply, CompletionReply, Entry, Reply
+from duo.service.replies import ChatReply, CompletionReply
 from duo.service.tool_grammar import tool_call_gbnf
 from duo.service.tools import TemplateCaps, Tools, template_caps, template_messages, tool_fields
 
@@ -91,12 +84,6 @@ def _guarded(endpoint: Endpoint) -> Endpoint:
             return error_response(500, "internal server error", kind="server_error")
 
     return guarded
-
-
-async def _disconnected(request: Request) -> None:
-    """Returns when the client goes away (call only once the body has been read)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
 
 
 class Api:
@@ -219,7 +206,7 @@ class Api:
             CompletionReply(i, CompletionLogprobs(self.lead.piece).shape if wanted else None)
             for i in range(output.n)
         ]
-        return await self._respond(request, jobs, meta, replies, output)
+        return await respond(self.lead, request, jobs, meta, replies, output)
 
     async def chat(self, request: Request) -> Response:
         self.authorize_request(request)
@@ -243,7 +230,7 @@ class Api:
         wanted = sampling.logprobs is not None
         shape = (lambda e: chat_logprobs(e, self.lead.piece)) if wanted else None
         replies = [ChatReply(i, tools, shape) for i in range(output.n)]
-        return await self._respond(request, jobs, meta, replies, output)
+        return await respond(self.lead, request, jobs, meta, replies, output)
 
     # -- chat prompts -------------------------------------------------------------------
 
@@ -363,118 +350,3 @@ class Api:
         ):
             raise UsageError(f"'{param}' token IDs must be integers in [0, {n_vocab})", param=param)
         return list(tokens)
-
-    async def _respond(
-        self,
-        request: Request,
-        jobs: list[Job],
-        meta: dict[str, Any],
-        replies: Sequence[Reply],
-        output: Output,
-    ) -> Response:
-        if output.stream:
-            return self._stream(jobs, meta, replies, output.include_usage)
-        results = await self._collect(jobs, request)
-        if results is None:
-            return Response(status_code=499)  # nobody is there to read it
-        total = combined([done.stats for _, done, _ in results])
-        choices = [
-            r.whole(text, done.finish_reason, entries)
-            for r, (text, done, entries) in zip(replies, results, strict=True)
-        ]
-        body = {**meta, "choices": choices, "usage": usage(total), "timings": timings(total)}
-        return JSONResponse(body)
-
-    async def _collect(
-        self, jobs: list[Job], request: Request
-    ) -> list[tuple[str, Done, list[TokenLogprob]]] | None:
-        """Each choice's whole text, Done event and logprob entries; None if the client
-        went away first.
-
-        A client that goes away cancels its jobs, queued or running, as a stream's does:
-        cancelling the task that reads Lead.events leaves the queue, or sets job.cancelled
-        and waits for the engine to stop at the end of its round.
-        """
-        collecting = asyncio.ensure_future(self._events(jobs))
-        watching = asyncio.ensure_future(_disconnected(request))
-        try:
-            await asyncio.wait((collecting, watching), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (collecting, watching):
-                task.cancel()
-            await asyncio.gather(collecting, watching, return_exceptions=True)
-        if collecting.cancelled():
-            return None
-        return collecting.result()
-
-    async def _events(self, jobs: list[Job]) -> list[tuple[str, Done, list[TokenLogprob]]]:
-        parts: list[list[str]] = [[] for _ in jobs]
-        entries: list[list[TokenLogprob]] = [[] for _ in jobs]
-        done: dict[int, Done] = {}
-        async with aclosing(merged_events(self.lead, jobs)) as events:
-            async for index, event in events:
-                if isinstance(event, Delta):
-                    parts[index].append(event.text)
-                    entries[index].extend(event.logprobs)
-                elif isinstance(event, Done):
-                    done[index] = event
-                elif isinstance(event, Failed):
-                    raise GenerationFailed(event.message)
-        if len(done) != len(jobs):
-            raise GenerationFailed("generation ended without a result")
-        return [("".join(parts[i]), done[i], entries[i]) for i in range(len(jobs))]
-
-    def _stream(
-        self,
-        jobs: list[Job],
-        meta: dict[str, Any],
-        replies: Sequence[Reply],
-        include_usage: bool,
-    ) -> StreamingResponse:
-        """SSE: chunks of each choice's text as it comes (tagged by index), each choice's
-        last chunk with its finish_reason, then [DONE]. The request's usage and timings
-        ride on the last chunk, or with stream_options.include_usage on a chunk of their
-        own with no choices (as OpenAI sends it)."""
-
-        def chunk(entry: Entry | None) -> dict[str, Any]:
-            return {**meta, "choices": [] if entry is None else [entry]}
-
-        async def events() -> AsyncIterator[bytes]:
-            for reply in replies:
-                for entry in reply.start():
-                    yield sse(chunk(entry))
-            stats: dict[int, Stats] = {}
-            origins = [Origin() for _ in jobs]  # the duo field: where each chunk came from
-            async with aclosing(merged_events(self.lead, jobs)) as merged:
-                async for index, event in merged:
-                    if isinstance(event, Delta):
-                        extension = origins[index].of(event)
-                        if extension is None and not event.logprobs:
-                            continue
-                        duo = {} if extension is None else {"duo": extension}
-                        for entry in replies[index].text(event.text, event.logprobs):
-                            yield sse({**chunk(entry), **duo})
-                    elif isinstance(event, Done):
-                        stats[index] = event.stats
-                        *entries, last = replies[index].end(event.finish_reason)
-                        for entry in entries:
-                            yield sse(chunk(entry))
-                        if len(stats) < len(jobs) or include_usage:
-                            yield sse(chunk(last))
-                            continue
-                        total = combined([stats[i] for i in range(len(jobs))])
-                        yield sse({**chunk(last), "usage": usage(total), "timings": timings(total)})
-                    else:
-                        error = {"message": event.message, "type": "server_error"}
-                        yield sse({"error": {**error, "param": None, "code": None}})
-                        break
-            if include_usage and len(stats) == len(jobs):
-                total = combined([stats[i] for i in range(len(jobs))])
-                yield sse({**chunk(None), "usage": usage(total), "timings": timings(total)})
-            yield sse("[DONE]")
-
-        return StreamingResponse(
-            events(),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )

@@ -1,0 +1,153 @@
+"""Delivering a request's choices: whole, once every choice is done, or streamed as SSE.
+
+`respond` runs the jobs of a request's choices on the lead and answers in OpenAI's shapes
+(duo.service.replies). Whole: the choices' texts, usage and timings, or nothing (499) if
+the client went away first, which cancels the jobs. Streamed: each choice's pieces as they
+come, tagged by index, with the `duo` field saying where each piece came from
+(duo.service.origin), then usage and timings, then [DONE].
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from duo.core.logprobs import TokenLogprob
+from duo.core.stats import Stats
+from duo.errors import GenerationFailed
+from duo.service.choices import combined, merged_events
+from duo.service.jobs import Delta, Done, Failed, Job
+from duo.service.lead import Lead
+from duo.service.openai_format import Output, sse, timings, usage
+from duo.service.origin import Origin
+from duo.service.replies import Entry, Reply
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client goes away (call only once the body has been read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def respond(
+    lead: Lead,
+    request: Request,
+    jobs: list[Job],
+    meta: dict[str, Any],
+    replies: Sequence[Reply],
+    output: Output,
+) -> Response:
+    if output.stream:
+        return _stream(lead, jobs, meta, replies, output.include_usage)
+    results = await _collect(lead, jobs, request)
+    if results is None:
+        return Response(status_code=499)  # nobody is there to read it
+    total = combined([done.stats for _, done, _ in results])
+    choices = [
+        r.whole(text, done.finish_reason, entries)
+        for r, (text, done, entries) in zip(replies, results, strict=True)
+    ]
+    body = {**meta, "choices": choices, "usage": usage(total), "timings": timings(total)}
+    return JSONResponse(body)
+
+
+async def _collect(
+    lead: Lead, jobs: list[Job], request: Request
+) -> list[tuple[str, Done, list[TokenLogprob]]] | None:
+    """Each choice's whole text, Done event and logprob entries; None if the client
+    went away first.
+
+    A client that goes away cancels its jobs, queued or running, as a stream's does:
+    cancelling the task that reads Lead.events leaves the queue, or sets job.cancelled
+    and waits for the engine to stop at the end of its round.
+    """
+    collecting = asyncio.ensure_future(_events(lead, jobs))
+    watching = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait((collecting, watching), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (collecting, watching):
+            task.cancel()
+        await asyncio.gather(collecting, watching, return_exceptions=True)
+    if collecting.cancelled():
+        return None
+    return collecting.result()
+
+
+async def _events(lead: Lead, jobs: list[Job]) -> list[tuple[str, Done, list[TokenLogprob]]]:
+    parts: list[list[str]] = [[] for _ in jobs]
+    entries: list[list[TokenLogprob]] = [[] for _ in jobs]
+    done: dict[int, Done] = {}
+    async with aclosing(merged_events(lead, jobs)) as events:
+        async for index, event in events:
+            if isinstance(event, Delta):
+                parts[index].append(event.text)
+                entries[index].extend(event.logprobs)
+            elif isinstance(event, Done):
+                done[index] = event
+            elif isinstance(event, Failed):
+                raise GenerationFailed(event.message)
+    if len(done) != len(jobs):
+        raise GenerationFailed("generation ended without a result")
+    return [("".join(parts[i]), done[i], entries[i]) for i in range(len(jobs))]
+
+
+def _stream(
+    lead: Lead,
+    jobs: list[Job],
+    meta: dict[str, Any],
+    replies: Sequence[Reply],
+    include_usage: bool,
+) -> StreamingResponse:
+    """SSE: chunks of each choice's text as it comes (tagged by index), each choice's
+    last chunk with its finish_reason, then [DONE]. The request's usage and timings
+    ride on the last chunk, or with stream_options.include_usage on a chunk of their
+    own with no choices (as OpenAI sends it)."""
+
+    def chunk(entry: Entry | None) -> dict[str, Any]:
+        return {**meta, "choices": [] if entry is None else [entry]}
+
+    async def events() -> AsyncIterator[bytes]:
+        for reply in replies:
+            for entry in reply.start():
+                yield sse(chunk(entry))
+        stats: dict[int, Stats] = {}
+        origins = [Origin() for _ in jobs]  # the duo field: where each chunk came from
+        async with aclosing(merged_events(lead, jobs)) as merged:
+            async for index, event in merged:
+                if isinstance(event, Delta):
+                    extension = origins[index].of(event)
+                    if extension is None and not event.logprobs:
+                        continue
+                    duo = {} if extension is None else {"duo": extension}
+                    for entry in replies[index].text(event.text, event.logprobs):
+                        yield sse({**chunk(entry), **duo})
+                elif isinstance(event, Done):
+                    stats[index] = event.stats
+                    *entries, last = replies[index].end(event.finish_reason)
+                    for entry in entries:
+                        yield sse(chunk(entry))
+                    if len(stats) < len(jobs) or include_usage:
+                        yield sse(chunk(last))
+                        continue
+                    total = combined([stats[i] for i in range(len(jobs))])
+                    yield sse({**chunk(last), "usage": usage(total), "timings": timings(total)})
+                else:
+                    error = {"message": event.message, "type": "server_error"}
+                    yield sse({"error": {**error, "param": None, "code": None}})
+                    break
+        if include_usage and len(stats) == len(jobs):
+            total = combined([stats[i] for i in range(len(jobs))])
+            yield sse({**chunk(None), "usage": usage(total), "timings": timings(total)})
+        yield sse("[DONE]")
+
+    return StreamingResponse(
+        events(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
