@@ -29,6 +29,14 @@ def test_cost_model_interpolates_extrapolates_and_learns() -> None:
     assert 1.0 < costs.cost(1) < 2.0
 
 
+def test_cost_model_room_keeps_a_pass_within_its_stretch() -> None:
+    costs = CostModel({1: 10.0, 4: 20.0, 8: 40.0})
+    # A pass of 4 costs 20; up to 40 it can take 4 more tokens (8 costs 40), not 5.
+    assert costs.room(4, 2.0, most=100) == 4
+    assert costs.room(4, 2.0, most=2) == 2
+    assert costs.room(8, 1.0, most=100) == 0
+
+
 def test_acceptance_counts_only_tested_positions() -> None:
     acc = Acceptance(prior=0.5, weight=0.0001)
     acc.observe(drafted=4, accepted=1)  # pos 0 accepted, pos 1 rejected, 2-3 untested

@@ -14,7 +14,8 @@ token a chunk).
 
     duo              duo lead --parallel N, free drafters, the main model on every core
     duo+back         the same lead on the main core, a back on the draft core
-    llama-server     llama-server -np N on every core
+    llama-server     llama-server -np N --kv-unified on every core (one KV buffer for
+                     all slots, as duo's lead and llama-server's default slots have)
     llama-server+md  llama-server -np N -md DRAFT on every core (main and draft share them)
 
 Prompts go as text already rendered through the chat template, to /v1/completions: both
@@ -168,8 +169,7 @@ def start(
     server = [
         str(find_bin(bin_dir, "llama-server")), "-m", str(models.main), "--host", "127.0.0.1",
         "--port", str(port), "-np", str(slots), "-c", str(models.n_ctx * slots), "-t", every,
-        "--no-kv-unified",
-        "-tb", every, "-ngl", str(models.n_gpu_layers), "--no-webui",
+        "--kv-unified", "-tb", every, "-ngl", str(models.n_gpu_layers), "--no-webui",
     ]  # fmt: skip
     devices = f"main: all cores x{every}t (llama.cpp)"
     if name == "llama-server+md":

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from duo.core.draft import Proposal, common_prefix
-from duo.core.policy import AdaptivePolicy, CostModel, expected_tokens
+from duo.core.policy import AdaptivePolicy, CostModel, StreakAcceptance, expected_tokens
 
 
 class Base(NamedTuple):
@@ -92,7 +92,12 @@ class PerSource:
     and a drafter that can rest does (it stops slowing the main model on a shared machine).
     """
 
-    def __init__(self, costs: CostModel, always_ready: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        costs: CostModel,
+        always_ready: frozenset[str] = frozenset(),
+        learnt: dict[str, StreakAcceptance] | None = None,
+    ) -> None:
         self.costs = costs
         # Sources (by name) that propose whenever they have something and never rest (the
         # lookups): every round shows for free whether their proposal's first token was
@@ -100,13 +105,27 @@ class PerSource:
         # whole draft just to explore (a batched pass: on chat prompts, where lookups are
         # mostly wrong, exploring cost a tenth of the speed).
         self.always_ready = always_ready
+        # Acceptance counts by source and grade, shared with the other slots' choosers
+        # (each slot has its own streaks and rests): four slots learn four times as fast.
+        self.learnt = {} if learnt is None else learnt
         self.policies: dict[str, AdaptivePolicy] = {}
 
     def policy(self, key: str) -> AdaptivePolicy:
         if key not in self.policies:
             explores = key.split("/")[0] not in self.always_ready  # the key: source/grade
-            self.policies[key] = AdaptivePolicy(self.costs, explore_every=8 if explores else None)
+            acceptance = StreakAcceptance(shared=self._learnt(key))
+            every = 8 if explores else None
+            self.policies[key] = AdaptivePolicy(self.costs, acceptance, explore_every=every)
         return self.policies[key]
+
+    def _learnt(self, key: str) -> StreakAcceptance:
+        """The acceptance counts of a source and grade, whose prior is the source's own
+        acceptance over all its grades."""
+        if key not in self.learnt:
+            source = key.split("/")[0]
+            parent = None if source == key else self._learnt(source)
+            self.learnt[key] = StreakAcceptance(parent=parent)
+        return self.learnt[key]
 
     @property
     def resting(self) -> frozenset[str]:

@@ -205,13 +205,14 @@ def step(
     along in the same pass.
 
     Each generation's policy chooses its draft knowing what the batch already holds: the
-    tokens and expected yield of the generations before it, and one token (yielding one)
-    for each after it. A draft worth verifying alone can be worth less in a large batch.
+    prompt pieces, the tokens and expected yield of the generations before it, and one
+    token (yielding one) for each after it. A draft worth verifying alone can be worth less
+    in a large batch.
     """
     results: list[Round | Exception | None] = [None] * len(gens)
     parts: list[tuple[int, Sequence[int]]] = []
     planned: list[int] = []
-    expected, tokens = 0.0, 0
+    expected, tokens = 0.0, sum(len(piece) for _, piece in prefill)  # the pass holds them too
     for i, (seq, g) in enumerate(gens):
         after = len(gens) - 1 - i
         try:
@@ -227,7 +228,6 @@ def step(
         t0 = time.perf_counter()
         logits = main.decode_batch(parts, prefill)
         seconds = time.perf_counter() - t0
-        tokens += sum(len(piece) for _, piece in prefill)  # the pass's cost covers them too
         for i, rows in zip(planned, logits, strict=True):
             try:
                 results[i] = gens[i][1].settle(rows, seconds, tokens)

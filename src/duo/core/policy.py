@@ -11,46 +11,78 @@ drafter never makes the lead slower than the main model alone.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
 
 class CostModel:
-    """Seconds per main-model pass by batch size: calibrated, then updated as measured."""
+    """Seconds per main-model pass by batch size: calibrated, then updated as measured.
+
+    Sizes between measured ones are interpolated, and a pass never costs less than a
+    smaller one: measurements are noisy, and a policy would otherwise pick the draft
+    length whose pass happened to be timed fast."""
 
     def __init__(self, seconds: dict[int, float], smoothing: float = 0.1) -> None:
         if 1 not in seconds:
             raise ValueError("the cost of a single-token pass is required")
         self.seconds = dict(seconds)
         self.smoothing = smoothing
+        self._table: list[float] = []  # by batch size, up to the largest measured; [0] unused
 
     def cost(self, batch: int) -> float:
-        if batch in self.seconds:
-            return self.seconds[batch]
+        table = self._table or self._tabulate()
+        largest = len(table) - 1
+        if batch <= largest:
+            return table[batch]
+        return table[largest] * batch / largest  # the largest measured per-token cost
+
+    def _tabulate(self) -> list[float]:
         known = sorted(self.seconds)
-        below = max((b for b in known if b < batch), default=known[0])
-        above = min((b for b in known if b > batch), default=None)
-        if above is None:  # extrapolate with the largest known per-token cost
-            return self.seconds[below] * batch / below
-        w = (batch - below) / (above - below)
-        return self.seconds[below] * (1 - w) + self.seconds[above] * w
+        table = [0.0]
+        for below, above in itertools.pairwise(known):
+            for batch in range(below, above):
+                w = (batch - below) / (above - below)
+                interpolated = self.seconds[below] * (1 - w) + self.seconds[above] * w
+                table.append(max(interpolated, table[-1]))
+        table.append(max(self.seconds[known[-1]], table[-1]))
+        self._table = table
+        return table
+
+    def room(self, tokens: int, stretch: float, most: int) -> int:
+        """How many tokens (at most `most`) a pass of `tokens` can take on while it costs
+        at most `stretch` times as much."""
+        limit = stretch * self.cost(tokens)
+        extra = 0
+        while extra < most and self.cost(tokens + extra + 1) <= limit:
+            extra += 1
+        return extra
 
     def observe(self, batch: int, seconds: float) -> None:
         old = self.seconds.get(batch)
         self.seconds[batch] = seconds if old is None else old + self.smoothing * (seconds - old)
+        self._table = []
 
 
 class Acceptance:
-    """Chance that draft position i is accepted given i-1 accepted, with a prior."""
+    """Chance that draft position i is accepted given i-1 accepted, with a prior: a fixed
+    chance, or a `parent`'s estimate (a source's acceptance over all its grades, which
+    also hears every observation), so a grade seen a few times starts from what its source
+    is worth rather than from a guess."""
 
-    def __init__(self, prior: float = 0.7, weight: float = 4.0) -> None:
+    def __init__(
+        self, prior: float = 0.7, weight: float = 4.0, parent: Acceptance | None = None
+    ) -> None:
         self.prior = prior
         self.weight = weight
+        self.parent = parent
         self.tested: list[int] = []
         self.accepted: list[int] = []
 
     def observe(self, drafted: int, accepted: int) -> None:
+        if self.parent is not None:
+            self.parent.observe(drafted, accepted)
         while len(self.tested) < drafted:
             self.tested.append(0)
             self.accepted.append(0)
@@ -61,7 +93,8 @@ class Acceptance:
     def p(self, i: int) -> float:
         tested = self.tested[i] if i < len(self.tested) else 0
         accepted = self.accepted[i] if i < len(self.accepted) else 0
-        return (accepted + self.prior * self.weight) / (tested + self.weight)
+        prior = self.prior if self.parent is None else self.parent.p(i)
+        return (accepted + prior * self.weight) / (tested + self.weight)
 
 
 class StreakAcceptance:
@@ -75,9 +108,26 @@ class StreakAcceptance:
     same evidence).
     """
 
-    def __init__(self, prior: float = 0.7, weight: float = 4.0) -> None:
-        self.after_whole = Acceptance(prior, weight)
-        self.after_rejection = Acceptance(prior, weight)
+    def __init__(
+        self,
+        prior: float = 0.7,
+        weight: float = 4.0,
+        shared: StreakAcceptance | None = None,
+        parent: StreakAcceptance | None = None,
+    ) -> None:
+        """`shared`: learn into its counts, with a streak of one's own (the policies of
+        several slots for one source: what a source's drafts are worth is learnt by all,
+        each slot's streak is its own). `parent`: the prior of each table (Acceptance)."""
+        self.after_whole: Acceptance
+        self.after_rejection: Acceptance
+        if shared is not None:
+            self.after_whole, self.after_rejection = shared.after_whole, shared.after_rejection
+        else:
+            whole, rejection = (
+                (parent.after_whole, parent.after_rejection) if parent else (None, None)
+            )
+            self.after_whole = Acceptance(prior, weight, whole)
+            self.after_rejection = Acceptance(prior, weight, rejection)
         self.streak = False
 
     def observe(self, drafted: int, accepted: int) -> None:

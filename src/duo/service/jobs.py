@@ -31,10 +31,12 @@ from duo.service.session import Session, pinned
 
 log = logging.getLogger(__name__)
 
-# Prompt tokens evaluated per round while other requests run: small enough that a round
-# with a piece of prompt costs the running requests about one more round, large enough
-# that a chat prompt takes a few rounds.
-PROMPT_PIECE = 32
+# While other requests run, a new prompt is evaluated in pieces alongside their rounds: a
+# round with a piece costs at most PIECE_STRETCH times one without (by the measured cost of
+# a pass), so the running requests' inter-token latency at most doubles while a prompt is
+# read, and a piece has at least PIECE_LEAST tokens, so every prompt moves on.
+PIECE_STRETCH = 2.0
+PIECE_LEAST = 4
 
 
 @dataclass
@@ -236,7 +238,7 @@ class Engine:
             return
         everyone = sorted(self._running.values(), key=lambda r: r.slot)
         order = [r for r in everyone if not r.prompt]
-        room = PROMPT_PIECE if order else self.session.main.n_batch  # alone: whole batches
+        room = self._prompt_room(len(order))
         feeding = self._prompt_pieces([r for r in everyone if r.prompt], room)
         try:
             pieces = [(r.slot, piece) for r, piece in feeding]
@@ -254,6 +256,15 @@ class Engine:
                 self._end(running, result)
             else:
                 self._advance(running, result)
+
+    def _prompt_room(self, decoding: int) -> int:
+        """Prompt tokens this round may evaluate beside `decoding` requests' tokens (each
+        at least one): whole batches when nothing else runs."""
+        n_batch = self.session.main.n_batch
+        if not decoding:
+            return n_batch
+        room = self.session.costs().room(decoding, PIECE_STRETCH, n_batch - decoding)
+        return max(room, PIECE_LEAST)
 
     def _prompt_pieces(self, feeding: list[Running], room: int) -> list[tuple[Running, list[int]]]:
         """The prompt tokens this round evaluates: up to `room` in all, oldest request

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from duo.core.choice import Chooser, Longest, PerSource
 from duo.core.engine import DraftSource, Generation, NoDrafts, Round, run
 from duo.core.logprobs import TokenLogprob
-from duo.core.policy import CostModel, calibrate
+from duo.core.policy import CostModel, StreakAcceptance, calibrate
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.drafting.lookup import NGRAM, SUFFIX, NgramDrafts, SuffixDrafts, SuffixMemory
@@ -73,6 +73,7 @@ class Session:
             n_threads=models.threads,
             n_gpu_layers=models.n_gpu_layers,
             n_seq=slots,
+            kv_unified=not spec.deterministic,  # bit-identical results need a buffer per slot
         )
         self.main.template = models.chat_template or self.main.template
         self.draft: Model | None = None
@@ -80,6 +81,7 @@ class Session:
         self.suffix = SuffixMemory() if "suffix" in types else None
         self._costs: CostModel | None = None
         self._policies: dict[int, Chooser] = {}
+        self._learnt: dict[str, StreakAcceptance] = {}  # acceptance by source, for every slot
         try:
             if "model" in types and models.draft is not None:
                 self.draft = Model(
@@ -171,11 +173,13 @@ class Session:
         """Async verifies what is worth it, per source (the main model's costs measured on
         first use, on the calling thread: call it where generation runs); sync verifies
         the longest proposal whole, as classic speculative decoding does. Each slot has
-        its own policy (its own streaks and rests); all share the cost model."""
+        its own policy (its own streaks and rests); all share the cost model and what
+        each source's drafts are worth."""
         if slot not in self._policies:
             adaptive = self.spec.mode == "async" and self.spec.adaptive
             lookups = frozenset({NGRAM, SUFFIX})
-            self._policies[slot] = PerSource(self.costs(), lookups) if adaptive else Longest()
+            chooser = PerSource(self.costs(), lookups, self._learnt) if adaptive else Longest()
+            self._policies[slot] = chooser
         return self._policies[slot]
 
     def costs(self) -> CostModel:
