@@ -37,6 +37,28 @@ def test_cost_model_room_keeps_a_pass_within_its_stretch() -> None:
     assert costs.room(8, 1.0, most=100) == 0
 
 
+def test_a_pass_never_costs_less_than_a_smaller_one() -> None:
+    # A noisy measurement (5 timed faster than 4) must not make 5 look cheaper.
+    costs = CostModel({1: 1.0, 4: 3.0, 5: 2.8, 8: 4.0})
+    sizes = [costs.cost(b) for b in range(1, 12)]
+    assert sizes == sorted(sizes)
+    assert costs.cost(5) == pytest.approx(3.0)
+    costs.observe(4, 2.0)  # new measurements count at once
+    assert costs.cost(4) == pytest.approx(3.0 + 0.1 * (2.0 - 3.0))
+
+
+def test_a_grade_seen_little_starts_from_its_sources_acceptance() -> None:
+    source = Acceptance(prior=0.7)
+    grade = Acceptance(prior=0.7, parent=source)
+    for _ in range(40):
+        Acceptance(prior=0.7, parent=source).observe(1, 0)  # other grades: rejected
+    assert source.p(0) < 0.1
+    assert grade.p(0) == pytest.approx(source.p(0))  # never seen: its source's estimate
+    for _ in range(40):
+        grade.observe(1, 1)  # its own evidence wins
+    assert grade.p(0) > 0.9
+
+
 def test_acceptance_counts_only_tested_positions() -> None:
     acc = Acceptance(prior=0.5, weight=0.0001)
     acc.observe(drafted=4, accepted=1)  # pos 0 accepted, pos 1 rejected, 2-3 untested

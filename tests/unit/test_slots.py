@@ -8,8 +8,9 @@ from typing import cast
 import numpy as np
 
 from duo.core.choice import PerSource
+from duo.core.draft import Proposal
 from duo.core.engine import Generation, Round, step
-from duo.core.policy import CostModel
+from duo.core.policy import CostModel, StreakAcceptance
 from duo.core.sampling import SamplingParams
 from duo.drafting.lookup import NgramDrafts
 from duo.drafting.sources import Shared, Sources, SyncDrafts
@@ -150,3 +151,17 @@ def test_a_prompt_fed_in_pieces_alongside_a_running_generation() -> None:
             out[seq].extend(r.tokens)
     assert out[0] == reference(table, [1, 2, 3], 30)
     assert out[1] == reference(table, prompt, 12)
+
+
+def test_every_slot_learns_what_a_source_is_worth() -> None:
+    learnt: dict[str, StreakAcceptance] = {}
+    costs = CostModel({1: 1.0, 2: 1.6, 9: 3.0})
+    first, second = PerSource(costs, learnt=learnt), PerSource(costs, learnt=learnt)
+    wrong = Proposal("ngram", (1, 2, 3), grade=3)
+    for _ in range(30):  # slot 1 verifies the n-gram's drafts and finds them wrong
+        choice = first.choose([wrong])
+        first.observe(choice.proposal, choice.n, 0, 1.0, [wrong], (9,), 1 + choice.n)
+    assert second.choose([wrong]).n == 0  # slot 2 knows without trying
+    # ...and a grade neither has seen starts from what the n-gram source is worth.
+    assert second.choose([Proposal("ngram", (1, 2, 3), grade=4)]).n == 0
+    assert PerSource(costs).choose([Proposal("ngram", (1, 2, 3), grade=4)]).n > 0
