@@ -42,7 +42,7 @@ def test_the_suffix_cache_learns_from_finished_requests_and_forgets() -> None:
     drafts.commit(2, answer)
     assert drafts.propose([1, 2, *answer[:2]], 4) == []  # not finished yet: not in the cache
     drafts.end()
-    [proposal] = drafts.propose([5, 5, 7, 8], 4)
+    [proposal] = drafts.propose([5, 2, 7, 8], 4)  # "2, 7, 8" occurred: 3 tokens match
     assert proposal.tokens == (9, 10, 11, 12)
     drafts.forget()
-    assert drafts.propose([5, 5, 7, 8], 4) == []
+    assert drafts.propose([5, 2, 7, 8], 4) == []

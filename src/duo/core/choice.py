@@ -109,13 +109,16 @@ class PerSource:
         # (each slot has its own streaks and rests): four slots learn four times as fast.
         self.learnt = {} if learnt is None else learnt
         self.policies: dict[str, AdaptivePolicy] = {}
+        self._restful: dict[str, AdaptivePolicy] = {}  # those of sources that can rest
 
     def policy(self, key: str) -> AdaptivePolicy:
         if key not in self.policies:
             explores = key.split("/")[0] not in self.always_ready  # the key: source/grade
             acceptance = StreakAcceptance(shared=self._learnt(key))
             every = 8 if explores else None
-            self.policies[key] = AdaptivePolicy(self.costs, acceptance, explore_every=every)
+            policy = self.policies[key] = AdaptivePolicy(self.costs, acceptance, every)
+            if explores:
+                self._restful[key] = policy
         return self.policies[key]
 
     def _learnt(self, key: str) -> StreakAcceptance:
@@ -129,7 +132,7 @@ class PerSource:
 
     @property
     def resting(self) -> frozenset[str]:
-        return frozenset(k for k, p in self.policies.items() if not p.wants_drafts)
+        return frozenset(k for k, p in self._restful.items() if not p.wants_drafts)
 
     def choose(self, offered: Sequence[Proposal], base: Base = ALONE) -> Choice:
         picks: list[tuple[float, Choice]] = []
@@ -141,9 +144,9 @@ class PerSource:
                 rate = (base.expected + expected) / self.costs.cost(base.tokens + n + 1)
                 picks.append((rate, Choice(proposal, n, expected)))
         keys = {p.key for p in offered}
-        for key, policy in self.policies.items():
+        for key, policy in self._restful.items():
             if key not in keys:
-                policy.choose(0)  # nothing ready from this source
+                policy.choose(0)  # nothing ready from this source: a step towards a rest
         if not picks:
             return Choice(None, 0, 1.0)
         _, best = max(picks, key=lambda pick: pick[0])
@@ -173,6 +176,6 @@ class PerSource:
             else:
                 agreed = common_prefix(proposal.tokens, emitted)
                 policy.observe_free(min(agreed + 1, len(proposal.tokens), len(emitted)), agreed)
-        for key, policy in self.policies.items():
+        for key, policy in self._restful.items():
             if key not in seen:
-                policy.observe_free(0, 0)
+                policy.observe_free(0, 0)  # a round of its rest

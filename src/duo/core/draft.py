@@ -8,7 +8,7 @@ match them exactly, and only what lies beyond the committed tokens is proposed.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,10 +23,11 @@ class Proposal:
     source: str
     tokens: tuple[int, ...]
     grade: int = 0
+    key: str = field(init=False, repr=False, compare=False)  # "source/grade", or "source"
 
-    @property
-    def key(self) -> str:
-        return f"{self.source}/{self.grade}" if self.grade else self.source
+    def __post_init__(self) -> None:
+        key = f"{self.source}/{self.grade}" if self.grade else self.source
+        object.__setattr__(self, "key", key)
 
 
 @dataclass(frozen=True, slots=True)

@@ -164,7 +164,7 @@ class Greedy(_Chain):
 
     def sample(self, logits: Logits, history: Sequence[int]) -> int:
         x = adjusted(logits, history, self.params)
-        token = int(np.argmax(x))
+        token = int(x.argmax())  # the method: a few microseconds less than np.argmax
         if self.constraint is not None and not self.constraint.allows(token):
             token = int(np.argmax(self._masked(x)))  # the best token the grammar allows
         return self._emit(logits, token)

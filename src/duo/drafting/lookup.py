@@ -20,7 +20,7 @@ from duo.drafting.ngram import Match, NgramIndex
 from duo.drafting.suffix import SuffixCache
 
 NGRAM, SUFFIX = "ngram", "suffix"
-Pair = TypeVar("Pair", int, npt.NDArray[np.int64])
+Gram = TypeVar("Gram", int, npt.NDArray[np.int64])
 WEAK = 100  # grade offset of a match whose continuation disagreed with itself before
 
 
@@ -53,11 +53,11 @@ class NgramDrafts:
         pass  # costs the main model nothing
 
 
-class Bigrams:
-    """Which token pairs the suffix cache may hold: a 4 MB bitmap of hashed pairs, so a
-    round whose last two tokens never occurred together skips the cache's lookup (tens of
-    microseconds of numpy) for one array read. Pairs are never removed: after an eviction
-    the bitmap only errs towards looking."""
+class Trigrams:
+    """Which runs of three tokens the suffix cache may hold: a 4 MB bitmap of hashed
+    trigrams, so a round whose last three tokens never occurred together skips the cache's
+    lookup (tens of microseconds of numpy) for one array read. Trigrams are never removed:
+    after an eviction the bitmap only errs towards looking."""
 
     BITS = 22
 
@@ -66,15 +66,15 @@ class Bigrams:
 
     def add(self, tokens: Sequence[int]) -> None:
         t = np.asarray(tokens, dtype=np.int64)
-        self.seen[_pair_hash(t[:-1], t[1:])] = True
+        self.seen[_trigram_hash(t[:-2], t[1:-1], t[2:])] = True
 
-    def may_hold(self, a: int, b: int) -> bool:
-        return bool(self.seen[_pair_hash(a, b)])
+    def may_hold(self, a: int, b: int, c: int) -> bool:
+        return bool(self.seen[_trigram_hash(a, b, c)])
 
 
-def _pair_hash(a: Pair, b: Pair) -> Pair:
-    """A token pair's slot in the bitmap (element-wise on arrays)."""
-    return ((a * 0x9E3779B1) ^ b) & ((1 << Bigrams.BITS) - 1)
+def _trigram_hash(a: Gram, b: Gram, c: Gram) -> Gram:
+    """A trigram's slot in the bitmap (element-wise on arrays)."""
+    return ((a * 0x9E3779B1) ^ (b * 0x85EBCA77) ^ c) & ((1 << Trigrams.BITS) - 1)
 
 
 class SuffixMemory:
@@ -82,18 +82,18 @@ class SuffixMemory:
     by every generation's SuffixDrafts (several run at once on a lead with slots)."""
 
     def __init__(self, cache: SuffixCache | None = None) -> None:
-        self.cache = cache or SuffixCache()
-        self.bigrams = Bigrams()
+        self.cache = cache or SuffixCache(min_match=3)
+        self.trigrams = Trigrams()
 
     def add(self, tokens: Sequence[int]) -> None:
         self.cache.add(tokens)
-        self.bigrams.add(tokens)
+        self.trigrams.add(tokens)
 
     def forget(self) -> None:
         """Drop every earlier request (a benchmark's repeat must not find its answers)."""
         c = self.cache
         self.cache = SuffixCache(c.max_tokens, c.max_match, c.min_match, c.max_candidates)
-        self.bigrams = Bigrams()
+        self.trigrams = Trigrams()
 
 
 class SuffixDrafts:
@@ -112,9 +112,9 @@ class SuffixDrafts:
 
     def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
         cache = self.memory.cache
-        if not cache.requests or limit <= 0 or len(committed) < 2:
+        if not cache.requests or limit <= 0 or len(committed) < 3:
             return []
-        if not self.memory.bigrams.may_hold(committed[-2], committed[-1]):
+        if not self.memory.trigrams.may_hold(committed[-3], committed[-2], committed[-1]):
             return []
         m = cache.lookup(committed[-cache.max_match :], limit)
         return [Proposal(SUFFIX, m.tokens, grade(m))] if m else []
