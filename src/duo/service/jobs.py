@@ -167,7 +167,11 @@ class Engine:
     def _main(self) -> None:
         with pinned(self.session.spec.main_cores):
             try:
-                self.session.policy()  # calibrate here, where generation runs
+                # Measured here, where generation runs: the drafts' policy goes by the cost
+                # of a pass, and so does the size of prompt pieces (with several slots).
+                if self.slots > 1:
+                    self.session.costs()
+                self.session.policy()
             except BaseException as e:
                 self._error = e
                 return
