@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from duo.drafting.lookup import NGRAM, SUFFIX, NgramDrafts, SuffixDrafts
+from duo.drafting.lookup import NGRAM, SUFFIX, NgramDrafts, SuffixDrafts, SuffixMemory
+from duo.drafting.suffix import SuffixCache
 
 tokens = st.lists(st.integers(0, 6), min_size=2, max_size=40)
 
@@ -46,3 +48,8 @@ def test_the_suffix_cache_learns_from_finished_requests_and_forgets() -> None:
     assert proposal.tokens == (9, 10, 11, 12)
     drafts.forget()
     assert drafts.propose([5, 2, 7, 8], 4) == []
+
+
+def test_the_suffix_memory_refuses_a_cache_its_filter_would_hide() -> None:
+    with pytest.raises(ValueError):
+        SuffixMemory(SuffixCache(min_match=2))

@@ -83,6 +83,8 @@ class SuffixMemory:
 
     def __init__(self, cache: SuffixCache | None = None) -> None:
         self.cache = cache or SuffixCache(min_match=3)
+        if self.cache.min_match < 3:  # the filter would hide its shorter matches
+            raise ValueError("the suffix cache of a SuffixMemory matches 3 tokens or more")
         self.trigrams = Trigrams()
 
     def add(self, tokens: Sequence[int]) -> None:
