@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import os
 import sys
@@ -191,7 +192,8 @@ def supervise_lead(args: argparse.Namespace, tls: auth.ServerTls | None = None) 
     for endpoint in parse_endpoints(args.rpc):
         probe(endpoint)  # fail now, in one line, rather than in a restart loop
     port = free_port()
-    supervisor = Supervisor(Worker(worker_argv(args.argv, port), port))
+    show = functools.partial(print, flush=True)  # the worker's console, relayed as is
+    supervisor = Supervisor(Worker(worker_argv(args.argv, port), port, show))
     print(
         f"duo lead: supervising the model's worker (rpc-servers {args.rpc}) "
         f"on {_public_url(args.host, args.port, tls)}",

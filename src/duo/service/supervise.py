@@ -18,7 +18,7 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import httpx
 import websockets
@@ -54,10 +54,14 @@ def worker_argv(argv: Sequence[str], port: int) -> list[str]:
 
 
 class Worker:
-    """The lead process that owns the model; restarted whenever it dies."""
+    """The lead process that owns the model; restarted whenever it dies. Each line it
+    writes (its console) goes to `show`."""
 
-    def __init__(self, argv: list[str], port: int) -> None:
+    def __init__(
+        self, argv: list[str], port: int, show: Callable[[str], object] = lambda line: None
+    ) -> None:
         self.argv = argv
+        self.show = show
         self.url = f"http://127.0.0.1:{port}"
         self.state = "starting"  # starting | running | down
         self.last_error = ""
@@ -101,7 +105,7 @@ class Worker:
             line = raw.decode(errors="replace").rstrip()
             if line:
                 self._tail.append(line)
-                print(line, flush=True)
+                self.show(line)
 
     async def _wait_ready(self, proc: asyncio.subprocess.Process) -> None:
         async with httpx.AsyncClient(timeout=2) as client:
