@@ -114,7 +114,8 @@ class Model:
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = n_seq
-        cparams.kv_unified = kv_unified and n_seq > 1
+        shared = kv_unified and n_seq > 1  # one KV buffer for every sequence
+        cparams.kv_unified = shared
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
         cparams.no_perf = True
@@ -126,7 +127,6 @@ class Model:
         self._vocab = lib.llama_model_get_vocab(self._model)
         self._mem = lib.llama_get_memory(self._ctx)
         self.n_vocab: int = lib.llama_vocab_n_tokens(self._vocab)
-        shared = cparams.kv_unified
         self.n_ctx: int = lib.llama_n_ctx_seq(self._ctx) // (n_seq if shared else 1)  # per seq
         self.n_batch: int = lib.llama_n_batch(self._ctx)  # llama.cpp may lower it to n_ctx
         self.n_threads = n_threads
