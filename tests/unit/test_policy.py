@@ -3,6 +3,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from duo.core.policy import Acceptance, AdaptivePolicy, CostModel, StreakAcceptance, best_length
 
@@ -45,6 +47,23 @@ def test_a_pass_never_costs_less_than_a_smaller_one() -> None:
     assert costs.cost(5) == pytest.approx(3.0)
     costs.observe(4, 2.0)  # new measurements count at once
     assert costs.cost(4) == pytest.approx(3.0 + 0.1 * (2.0 - 3.0))
+
+
+@given(
+    st.dictionaries(st.integers(2, 16), st.floats(0.5, 40), max_size=6),
+    st.lists(st.tuples(st.integers(1, 20), st.floats(0.5, 40)), max_size=30),
+)
+def test_costs_updated_round_by_round_equal_costs_tabulated_afresh(
+    measured: dict[int, float], observed: list[tuple[int, float]]
+) -> None:
+    costs = CostModel({1: 2.0, **measured})
+    for batch, seconds in observed:
+        costs.cost(1)  # the table exists: observe updates it in place
+        costs.observe(batch, seconds)
+        fresh = CostModel(costs.seconds)
+        assert [costs.cost(b) for b in range(1, 24)] == pytest.approx(
+            [fresh.cost(b) for b in range(1, 24)]
+        )
 
 
 def test_a_grade_seen_little_starts_from_its_sources_acceptance() -> None:

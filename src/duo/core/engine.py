@@ -308,8 +308,12 @@ class Generation:
         """Verify the planned draft against `logits` (the rows of this generation's
         batch), which a pass of `batch` tokens computed in `seconds`."""
         committed, draft = self.committed, self._draft
-        verdict = verify(draft, _sampler_at(self.sampler, logits, committed, draft))
-        self.main.truncate(len(committed) + verdict.accepted)
+        start = len(committed)
+        try:
+            verdict = verify(draft, _sampler_at(self.sampler, logits, committed, draft))
+        finally:
+            del committed[start:]  # the draft tokens the sampler saw as history
+        self.main.truncate(start + verdict.accepted)
         self.policy.observe(
             self._chosen,
             len(draft),
@@ -320,7 +324,6 @@ class Generation:
             batch,
         )
         tokens, finish = _finish(self.main, verdict.tokens)
-        start = len(committed)
         committed.extend(tokens)
         self.produced += len(tokens)
         full = self.produced >= self.max_tokens or len(committed) >= self.main.n_ctx
@@ -350,10 +353,16 @@ class Generation:
 def _sampler_at(
     sampler: Sampler, logits: Logits, committed: list[int], draft: list[int]
 ) -> Callable[[int], int]:
-    """Sample position i of a round: the main model's token after committed + draft[:i]."""
+    """Sample position i of a round: the main model's token after committed + draft[:i].
+
+    verify calls it for i = 0, 1, ... while the draft is accepted, so draft[i - 1] is
+    appended to `committed` in place (the caller removes the draft tokens afterwards): the
+    history costs no copy of the whole context per sample."""
 
     def sample_at(i: int) -> int:
-        return sampler.sample(logits[i], [*committed, *draft[:i]])
+        if i:
+            committed.append(draft[i - 1])
+        return sampler.sample(logits[i], committed)
 
     return sample_at
 

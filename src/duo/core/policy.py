@@ -11,6 +11,7 @@ drafter never makes the lead slower than the main model alone.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import time
 from collections.abc import Callable, Iterable
@@ -29,7 +30,11 @@ class CostModel:
             raise ValueError("the cost of a single-token pass is required")
         self.seconds = dict(seconds)
         self.smoothing = smoothing
-        self._table: list[float] = []  # by batch size, up to the largest measured; [0] unused
+        # By batch size up to the largest measured ([0] unused): the interpolated costs,
+        # and the table a pass costs (never less than a smaller pass).
+        self._raw: list[float] = []
+        self._table: list[float] = []
+        self._known: list[int] = []  # the measured sizes, in order
 
     def cost(self, batch: int) -> float:
         table = self._table or self._tabulate()
@@ -39,16 +44,31 @@ class CostModel:
         return table[largest] * batch / largest  # the largest measured per-token cost
 
     def _tabulate(self) -> list[float]:
-        known = sorted(self.seconds)
-        table = [0.0]
+        self._known = known = sorted(self.seconds)
+        self._raw = [0.0] * (known[-1] + 1)
         for below, above in itertools.pairwise(known):
-            for batch in range(below, above):
-                w = (batch - below) / (above - below)
-                interpolated = self.seconds[below] * (1 - w) + self.seconds[above] * w
-                table.append(max(interpolated, table[-1]))
-        table.append(max(self.seconds[known[-1]], table[-1]))
-        self._table = table
-        return table
+            self._interpolate(below, above)
+        self._raw[known[-1]] = self.seconds[known[-1]]
+        self._table = [0.0] * len(self._raw)
+        self._clamp(1)
+        return self._table
+
+    def _interpolate(self, below: int, above: int) -> None:
+        """The costs of the sizes from `below` (measured) up to `above` (measured)."""
+        low, high = self.seconds[below], self.seconds[above]
+        for batch in range(below, above):
+            w = (batch - below) / (above - below)
+            self._raw[batch] = low * (1 - w) + high * w
+
+    def _clamp(self, start: int, settled: int = 0) -> None:
+        """Make the table monotone from `start` on; past `settled`, stop where an entry
+        is unchanged (those above it are then unchanged too)."""
+        raw, table = self._raw, self._table
+        for batch in range(start, len(table)):
+            value = max(raw[batch], table[batch - 1])
+            if batch > settled and value == table[batch]:
+                return
+            table[batch] = value
 
     def room(self, tokens: int, stretch: float, most: int) -> int:
         """How many tokens (at most `most`) a pass of `tokens` can take on while it costs
@@ -62,7 +82,21 @@ class CostModel:
     def observe(self, batch: int, seconds: float) -> None:
         old = self.seconds.get(batch)
         self.seconds[batch] = seconds if old is None else old + self.smoothing * (seconds - old)
-        self._table = []
+        if old is None or not self._table:
+            self._table = []  # a new size: tabulate afresh
+            return
+        # Every round measures a pass: update only what this size's cost reaches (the
+        # two interpolated stretches next to it, and the monotone table above them).
+        known = self._known
+        i = bisect.bisect_left(known, batch)
+        below, above = known[max(i - 1, 0)], known[min(i + 1, len(known) - 1)]
+        if below < batch:
+            self._interpolate(below, batch)
+        if above > batch:
+            self._interpolate(batch, above)
+        else:
+            self._raw[batch] = self.seconds[batch]
+        self._clamp(below, settled=above)
 
 
 class Acceptance:
@@ -79,10 +113,14 @@ class Acceptance:
         self.parent = parent
         self.tested: list[int] = []
         self.accepted: list[int] = []
+        self.version = 0  # observations so far (a parent hears its children's)
+        self._table: list[float] = []  # p by position, as of `_as_of`
+        self._as_of = (-1, -1)  # (version, the parent's version) the table was made at
 
     def observe(self, drafted: int, accepted: int) -> None:
         if self.parent is not None:
             self.parent.observe(drafted, accepted)
+        self.version += 1
         while len(self.tested) < drafted:
             self.tested.append(0)
             self.accepted.append(0)
@@ -91,10 +129,23 @@ class Acceptance:
             self.accepted[i] += i < accepted
 
     def p(self, i: int) -> float:
-        tested = self.tested[i] if i < len(self.tested) else 0
-        accepted = self.accepted[i] if i < len(self.accepted) else 0
-        prior = self.prior if self.parent is None else self.parent.p(i)
-        return (accepted + prior * self.weight) / (tested + self.weight)
+        """A policy asks this several times per position per round: it is tabulated once
+        per observation (of this table or of its parent)."""
+        parent = self.parent
+        if self._as_of != (self.version, parent.version if parent else 0):
+            self._tabulate()
+        if i < len(self._table):
+            return self._table[i]
+        return self.prior if parent is None else parent.p(i)  # untested here
+
+    def _tabulate(self) -> None:
+        parent, weight = self.parent, self.weight
+        self._table = [
+            (accepted + (self.prior if parent is None else parent.p(i)) * weight)
+            / (tested + weight)
+            for i, (tested, accepted) in enumerate(zip(self.tested, self.accepted, strict=True))
+        ]
+        self._as_of = (self.version, parent.version if parent else 0)
 
 
 class StreakAcceptance:

@@ -13,8 +13,9 @@ followed by the proposed token, so the lead can judge short matches, and the def
 short (2 to 5, longest first).
 
 The index is built incrementally: each committed token adds n_max - n_min + 2 n-gram
-counts and n_max - n_min + 1 "last seen" entries to two dicts, and a lookup costs at most
-n_max - n_min + 1 dict probes (both a few microseconds).
+counts and n_max - n_min + 1 "last seen" entries to two dicts (keys sliced from a tuple of
+the last tokens), and a lookup costs at most n_max - n_min + 1 dict probes (both a few
+microseconds).
 """
 
 from __future__ import annotations
@@ -61,33 +62,33 @@ class NgramIndex:
     def reset(self, tokens: Iterable[int] = ()) -> None:
         """Forget everything and index `tokens` (a new request's prompt)."""
         self._tokens = []
+        self._tail: tuple[int, ...] = ()  # the last n_max + 1 tokens
         self._count = {}
         self._last = {}
         self.extend(tokens)
 
     def extend(self, tokens: Iterable[int]) -> None:
         """Append committed tokens, indexing the n-grams each one completes or continues."""
+        seq, count, last, tail = self._tokens, self._count, self._last, self._tail
+        n_min, n_max = self.n_min, self.n_max
         for token in tokens:
-            self._append(int(token))
-
-    def _append(self, token: int) -> None:
-        seq, count, last = self._tokens, self._count, self._last
-        end = len(seq)  # where `token` goes: it follows the n-grams ending here
-        for n in range(self.n_min, min(self.n_max, end) + 1):
-            last[tuple(seq[end - n :])] = end
-        seq.append(token)
-        for n in range(self.n_min, min(self.n_max + 1, end + 1) + 1):
-            gram = tuple(seq[end + 1 - n :])
-            count[gram] = count.get(gram, 0) + 1
+            end = len(seq)  # where `token` goes: it follows the n-grams ending here
+            for n in range(n_min, min(n_max, end) + 1):
+                last[tail[-n:]] = end
+            seq.append(token := int(token))
+            tail = (*tail[-n_max:], token)
+            for n in range(n_min, min(n_max + 1, end + 1) + 1):
+                gram = tail[-n:]
+                count[gram] = count.get(gram, 0) + 1
+        self._tail = tail
 
     def lookup(self, limit: int) -> Match | None:
         """What followed the most recent earlier occurrence of the longest trailing n-gram."""
-        seq = self._tokens
-        size = len(seq)
+        seq, tail = self._tokens, self._tail
         if limit <= 0:
             return None
-        for n in range(min(self.n_max, size - 1), self.n_min - 1, -1):
-            gram = tuple(seq[size - n :])
+        for n in range(min(self.n_max, len(seq) - 1), self.n_min - 1, -1):
+            gram = tail[-n:]
             start = self._last.get(gram)
             if start is None:
                 continue

@@ -134,6 +134,7 @@ class Model:
         self.seqs: list[list[int]] = [[] for _ in range(n_seq)]
         self._batch = lib.llama_batch_init(self.n_batch, 0, 1)
         self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
         self._fingerprint: str | None = None
         self._logits_address: int | None = None
         self._logits_view: Logits = np.empty((0, self.n_vocab), dtype=np.float32)
@@ -308,7 +309,10 @@ class Model:
         return buf.raw[:n]
 
     def is_eog(self, token: int) -> bool:
-        return bool(self._lib.llama_vocab_is_eog(self._vocab, token))
+        eog = self._eog.get(token)  # a dict probe, not a foreign call, per emitted token
+        if eog is None:
+            eog = self._eog[token] = bool(self._lib.llama_vocab_is_eog(self._vocab, token))
+        return eog
 
     def token_text(self, token: int) -> str:
         raw: bytes = self._lib.llama_vocab_get_text(self._vocab, token)
