@@ -78,6 +78,26 @@ def test_a_grade_seen_little_starts_from_its_sources_acceptance() -> None:
     assert grade.p(0) > 0.9
 
 
+def test_estimates_follow_what_any_table_they_build_on_hears() -> None:
+    def chain() -> tuple[Acceptance, Acceptance]:
+        root = Acceptance(prior=0.7)
+        grade = Acceptance(prior=0.7, parent=Acceptance(prior=0.7, parent=root))
+        grade.observe(3, 3)
+        return root, grade
+
+    def others_rejected(root: Acceptance) -> None:  # another source, under the same root
+        for _ in range(20):
+            Acceptance(prior=0.7, parent=root).observe(3, 0)
+
+    root, grade = chain()
+    before = grade.p(0)  # read once: the estimates are kept until something changes
+    others_rejected(root)
+    fresh_root, fresh = chain()
+    others_rejected(fresh_root)
+    assert grade.p(0) < before
+    assert [grade.p(i) for i in range(5)] == [fresh.p(i) for i in range(5)]
+
+
 def test_acceptance_counts_only_tested_positions() -> None:
     acc = Acceptance(prior=0.5, weight=0.0001)
     acc.observe(drafted=4, accepted=1)  # pos 0 accepted, pos 1 rejected, 2-3 untested

@@ -115,7 +115,7 @@ class Acceptance:
         self.accepted: list[int] = []
         self.version = 0  # observations so far (a parent hears its children's)
         self._table: list[float] = []  # p by position, as of `_as_of`
-        self._as_of = (-1, -1)  # (version, the parent's version) the table was made at
+        self._as_of = -1  # the stamp the table was made at
 
     def observe(self, drafted: int, accepted: int) -> None:
         if self.parent is not None:
@@ -131,12 +131,17 @@ class Acceptance:
     def p(self, i: int) -> float:
         """A policy asks this several times per position per round: it is tabulated once
         per observation (of this table or of its parent)."""
-        parent = self.parent
-        if self._as_of != (self.version, parent.version if parent else 0):
+        stamp = self._stamp()
+        if self._as_of != stamp:
             self._tabulate()
+            self._as_of = stamp
         if i < len(self._table):
             return self._table[i]
-        return self.prior if parent is None else parent.p(i)  # untested here
+        return self.prior if self.parent is None else self.parent.p(i)  # untested here
+
+    def _stamp(self) -> int:
+        """Grows with every observation of this table or of one it takes its prior from."""
+        return self.version + (self.parent._stamp() if self.parent is not None else 0)
 
     def _tabulate(self) -> None:
         parent, weight = self.parent, self.weight
@@ -145,7 +150,6 @@ class Acceptance:
             / (tested + weight)
             for i, (tested, accepted) in enumerate(zip(self.tested, self.accepted, strict=True))
         ]
-        self._as_of = (self.version, parent.version if parent else 0)
 
 
 class StreakAcceptance:
