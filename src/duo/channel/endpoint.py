@@ -25,6 +25,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from duo.channel import protocol as p
 from duo.channel.backs import Backs, Remote
 from duo.errors import ProtocolError
+from duo.mailbox import Mailboxes
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +83,12 @@ class DrafterEndpoint:
         fingerprint: str,
         refusal: Refusal,
         pacing: Callable[[], Pacing] = Pacing,
+        mail: Mailboxes | None = None,
     ) -> None:
+        """`mail`: how the engine thread's messages reach the event loop (the lead's, which
+        the engine flushes before each pass); without it, call_soon_threadsafe."""
         self.backs = backs
+        self.mail = mail
         self.n_vocab = n_vocab
         self.fingerprint = fingerprint
         self.refusal = refusal
@@ -101,10 +106,7 @@ class DrafterEndpoint:
             if hello is None:
                 return
             queue: asyncio.Queue[p.Message] = asyncio.Queue()
-            loop = asyncio.get_running_loop()
-
-            def send(msg: p.Message) -> None:  # from the engine thread
-                loop.call_soon_threadsafe(queue.put_nowait, msg)
+            send = _sender(queue, self.mail)
 
             remote = Remote(hello.name or "back", send)
             remote.host, remote.model = _peer(ws)
@@ -189,6 +191,20 @@ class DrafterEndpoint:
             await ws.send_bytes(frame)
             self.wire.bytes_out += len(frame) + WS_HEADER
             self.wire.frames_out += 1
+
+
+def _sender(queue: asyncio.Queue[p.Message], mail: Mailboxes | None) -> Callable[[p.Message], None]:
+    """What queues a message for this back's connection, from any thread (the engine's)."""
+    mailbox = mail.here() if mail is not None else None
+    loop = asyncio.get_running_loop()
+
+    def send(msg: p.Message) -> None:
+        if mailbox is not None:
+            mailbox.post(queue.put_nowait, msg)
+        else:
+            loop.call_soon_threadsafe(queue.put_nowait, msg)
+
+    return send
 
 
 def _peer(ws: WebSocket) -> tuple[str, str]:

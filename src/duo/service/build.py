@@ -9,6 +9,7 @@ from starlette.applications import Starlette
 from duo.auth import as_keys
 from duo.channel.backs import Backs
 from duo.channel.endpoint import DrafterEndpoint
+from duo.mailbox import Mailboxes
 from duo.service.api import Api
 from duo.service.feed import Feed
 from duo.service.lead import Console, Lead, LeadConfig
@@ -34,12 +35,17 @@ def build_lead(config: LeadConfig) -> LeadService:
     try:
         main = session.main
         keys = as_keys(config.api_key)
+        mail = Mailboxes()  # the engine's messages, to clients and backs alike
         drafters = DrafterEndpoint(
-            backs, n_vocab=main.n_vocab, fingerprint=main.fingerprint, refusal=keys.drafter_refusal
+            backs,
+            n_vocab=main.n_vocab,
+            fingerprint=main.fingerprint,
+            refusal=keys.drafter_refusal,
+            mail=mail,
         )
         metrics = Metrics(drafters.wire, lambda: backs.connected, session.local is not None)
         console = Console(config.color, slots=config.parallel) if config.console else None
-        lead = Lead(session, backs, metrics, console)
+        lead = Lead(session, backs, metrics, console, mail)
     except BaseException:
         session.close()
         raise

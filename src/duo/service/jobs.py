@@ -121,12 +121,16 @@ class Engine:
         show: Callable[[int, Chunk | str], None] | None = None,
         done: Callable[[Stats], None] | None = None,
         failed: Callable[[], None] | None = None,
+        flush: Callable[[], None] | None = None,
     ) -> None:
+        """`flush` hands over the events emitted so far: the engine calls it before each
+        pass of the main model and before it waits for work (duo.mailbox)."""
         self.session = session
         self.slots = session.slots
         self._show = show
         self._done = done
         self._failed = failed
+        self._flush = flush or (lambda: None)
         self._queue: deque[Ticket] = deque()
         self._running: dict[int, Running] = {}  # by slot; the engine thread's alone
         self._wake = threading.Condition()
@@ -181,14 +185,17 @@ class Engine:
             finally:
                 self._started.set()
             while self._next():
+                self._flush()
                 self._round()
         for running in list(self._running.values()):
             self._end(running, None)
+        self._flush()
 
     def _next(self) -> bool:
         """Wait for work, start what the free slots can take; False when closing."""
         with self._wake:
             while not self._closing and not self._queue and not self._running:
+                self._flush()
                 self._wake.wait()
             if self._closing:
                 return False

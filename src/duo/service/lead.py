@@ -20,6 +20,7 @@ from duo.channel.backs import Backs
 from duo.core.text import Chunk
 from duo.errors import PromptTooLong, UsageError
 from duo.llama.grammar import Grammar
+from duo.mailbox import Mailboxes
 from duo.service.config import ModelConfig, SpecConfig
 from duo.service.jobs import Delta, Engine, Event, Job, Ticket
 from duo.service.metrics import Metrics
@@ -69,9 +70,17 @@ class Console:
 
 class Lead:
     def __init__(
-        self, session: Session, backs: Backs, metrics: Metrics, console: Console | None = None
+        self,
+        session: Session,
+        backs: Backs,
+        metrics: Metrics,
+        console: Console | None = None,
+        mail: Mailboxes | None = None,
     ) -> None:
+        """`mail` carries the engine thread's calls to the event loop (the drafter channel
+        may share it, so that the engine hands over everything at once)."""
         self.session = session
+        self.mail = mail or Mailboxes()
         self.backs = backs
         self.metrics = metrics
         main = session.main
@@ -81,12 +90,14 @@ class Lead:
             show=console.show if console else None,
             done=metrics.add,
             failed=metrics.fail,
+            flush=self.mail.flush,
         )
         metrics.load = lambda: (self.engine.busy, self.engine.queued, self.engine.slots)
 
     def close(self) -> None:
         self.engine.close()
         self.session.close()
+        self.mail.close()
 
     # -- prompts --------------------------------------------------------------------------
 
@@ -129,11 +140,11 @@ class Lead:
     async def events(self, job: Job) -> AsyncIterator[Event]:
         """Queue the job for a slot, then stream its events; cancels it if the caller goes
         away (queued, it never runs; running, it leaves its slot after this round)."""
-        loop = asyncio.get_running_loop()
+        mailbox = self.mail.here()
         queue: asyncio.Queue[Event] = asyncio.Queue()
 
         def emit(event: Event) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, event)
+            mailbox.post(queue.put_nowait, event)
 
         self.engine.submit(Ticket(job, emit))
         try:
