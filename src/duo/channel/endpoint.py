@@ -82,11 +82,11 @@ class DrafterEndpoint:
         n_vocab: int,
         fingerprint: str,
         refusal: Refusal,
+        mail: Mailboxes,
         pacing: Callable[[], Pacing] = Pacing,
-        mail: Mailboxes | None = None,
     ) -> None:
         """`mail`: how the engine thread's messages reach the event loop (the lead's, which
-        the engine flushes before each pass); without it, call_soon_threadsafe."""
+        the engine flushes before each pass)."""
         self.backs = backs
         self.mail = mail
         self.n_vocab = n_vocab
@@ -193,16 +193,12 @@ class DrafterEndpoint:
             self.wire.frames_out += 1
 
 
-def _sender(queue: asyncio.Queue[p.Message], mail: Mailboxes | None) -> Callable[[p.Message], None]:
+def _sender(queue: asyncio.Queue[p.Message], mail: Mailboxes) -> Callable[[p.Message], None]:
     """What queues a message for this back's connection, from any thread (the engine's)."""
-    mailbox = mail.here() if mail is not None else None
-    loop = asyncio.get_running_loop()
+    mailbox = mail.here()
 
     def send(msg: p.Message) -> None:
-        if mailbox is not None:
-            mailbox.post(queue.put_nowait, msg)
-        else:
-            loop.call_soon_threadsafe(queue.put_nowait, msg)
+        mailbox.post(queue.put_nowait, msg)
 
     return send
 

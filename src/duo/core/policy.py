@@ -50,7 +50,7 @@ class CostModel:
             self._interpolate(below, above)
         self._raw[known[-1]] = self.seconds[known[-1]]
         self._table = [0.0] * len(self._raw)
-        self._clamp(1)
+        self._clamp(1, settled=known[-1])  # every entry: none was set before
         return self._table
 
     def _interpolate(self, below: int, above: int) -> None:
@@ -60,7 +60,7 @@ class CostModel:
             w = (batch - below) / (above - below)
             self._raw[batch] = low * (1 - w) + high * w
 
-    def _clamp(self, start: int, settled: int = 0) -> None:
+    def _clamp(self, start: int, settled: int) -> None:
         """Make the table monotone from `start` on; past `settled`, stop where an entry
         is unchanged (those above it are then unchanged too)."""
         raw, table = self._raw, self._table

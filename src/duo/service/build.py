@@ -45,7 +45,7 @@ def build_lead(config: LeadConfig) -> LeadService:
         )
         metrics = Metrics(drafters.wire, lambda: backs.connected, session.local is not None)
         console = Console(config.color, slots=config.parallel) if config.console else None
-        lead = Lead(session, backs, metrics, console, mail)
+        lead = Lead(session, backs, metrics, mail, console)
     except BaseException:
         session.close()
         raise

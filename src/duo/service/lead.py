@@ -74,13 +74,13 @@ class Lead:
         session: Session,
         backs: Backs,
         metrics: Metrics,
+        mail: Mailboxes,
         console: Console | None = None,
-        mail: Mailboxes | None = None,
     ) -> None:
         """`mail` carries the engine thread's calls to the event loop (the drafter channel
         may share it, so that the engine hands over everything at once)."""
         self.session = session
-        self.mail = mail or Mailboxes()
+        self.mail = mail
         self.backs = backs
         self.metrics = metrics
         main = session.main
