@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import numpy as np
@@ -45,3 +46,46 @@ def test_a_mixed_batch_predicts_what_each_sequence_predicts_alone(
             expected.append(np.argmax(alone.decode(prompt), axis=1).tolist())
         rows = shared.decode_batch([(seq, prompt) for seq, prompt in enumerate(prompts)])
         assert [np.argmax(r, axis=1).tolist() for r in rows] == expected
+
+
+def test_deterministic_logits_do_not_depend_on_the_rest_of_the_pass(
+    pair: tuple[Path, Path],
+) -> None:
+    """With --deterministic, a sequence's logits are bit for bit those of the same tokens
+    decoded alone, whatever else each pass holds: pieces of prompt of any size (one token
+    too), other sequences' parts before and after it, one-token rounds."""
+    text = "Rewrite this list as JSON: apples 3, pears 5, plums 7, and figs 11."
+    with Model(pair[0], n_ctx=256, deterministic=True) as alone:
+        tokens = alone.tokenize(text)
+        last = alone.decode(tokens[:-5], all_logits=False)[-1].copy()
+        alone.truncate(len(tokens) - 6)
+        assert np.array_equal(alone.decode(tokens[-6:-5])[-1], last)  # the row asked for
+        expected = [alone.decode(tokens[-5:-4]).copy(), alone.decode(tokens[-4:]).copy()]
+    rng = random.Random(7)
+    with Model(pair[0], n_ctx=256, n_seq=4, deterministic=True) as shared:
+        for seq in range(4):
+            shared.truncate(0, seq)
+            others = [s for s in range(4) if s != seq]
+            done = 0
+            while done < len(tokens) - 5:  # the prompt in pieces of 1 to 5 tokens
+                piece = tokens[done : min(done + rng.randint(1, 5), len(tokens) - 5)]
+                shared.decode_batch(_beside(shared, rng, others, tokens), [(seq, piece)])
+                done += len(piece)
+            got = []
+            for part in (tokens[-5:-4], tokens[-4:]):  # a one-token round, then a draft
+                parts = sorted([(seq, part), *_beside(shared, rng, others, tokens)])
+                rows = shared.decode_batch(parts)
+                got.append(rows[[s for s, _ in parts].index(seq)].copy())
+            assert all(np.array_equal(g, e) for g, e in zip(got, expected, strict=True))
+
+
+def _beside(
+    model: Model, rng: random.Random, seqs: list[int], tokens: list[int]
+) -> list[tuple[int, list[int]]]:
+    """Parts of 1 to 4 tokens for some of the other sequences (restarted when full)."""
+    parts = []
+    for seq in rng.sample(seqs, rng.randint(0, len(seqs))):
+        if len(model.seqs[seq]) > 200:
+            model.truncate(0, seq)
+        parts.append((seq, tokens[: rng.randint(1, 4)]))
+    return sorted(parts)

@@ -141,7 +141,6 @@ def generate(
     sampler: Sampler | None = None,
     policy: Chooser | None = None,
     on_prefill: Callable[[Prefill], None] | None = None,
-    min_batch: int = 1,
 ) -> Iterator[Round]:
     """Evaluate the prompt, then decode up to `max_tokens` tokens, round by round.
 
@@ -150,8 +149,9 @@ def generate(
 
     llama.cpp evaluates one token with other kernels than a batch (logits differ in the
     last digits), so a round that verifies a draft may round differently from one that
-    does not. With min_batch=2 every round is padded to a batch: all modes then compute
-    bit-identical logits, and a seeded sampler gives bit-identical text in every mode.
+    does not. A deterministic main model pads every pass to a batch (duo.llama.ubatch):
+    all modes then compute bit-identical logits, and a seeded sampler gives bit-identical
+    text in every mode.
     """
     g = Generation(
         main,
@@ -161,7 +161,6 @@ def generate(
         draft_max=draft_max,
         sampler=sampler,
         policy=policy,
-        min_batch=min_batch,
     )
     return run(main, g, on_prefill)
 
@@ -251,7 +250,6 @@ class Generation:
         draft_max: int = 8,
         sampler: Sampler | None = None,
         policy: Chooser | None = None,
-        min_batch: int = 1,
         on_end: Callable[[], None] | None = None,
     ) -> None:
         if max_tokens <= 0:
@@ -263,7 +261,6 @@ class Generation:
         self.draft_max = draft_max
         self.sampler = sampler or Greedy()
         self.policy = policy or Longest()
-        self.min_batch = min_batch
         self.on_end = on_end  # frees what the generation held (a grammar)
         self.committed = list(prompt)
         self.produced = 0
@@ -301,8 +298,7 @@ class Generation:
         chosen, n, self.expected = self.policy.choose(self._offered, base)
         self._chosen = chosen if n else None
         self._draft = list(chosen.tokens[:n]) if chosen else []
-        batch = [committed[-1], *self._draft]
-        return batch + batch[-1:] * (self.min_batch - len(batch))
+        return [committed[-1], *self._draft]
 
     def settle(self, logits: Logits, seconds: float, batch: int) -> Round:
         """Verify the planned draft against `logits` (the rows of this generation's

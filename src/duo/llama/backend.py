@@ -28,6 +28,7 @@ import numpy as np
 from duo.core.draft import common_prefix
 from duo.core.sampling import Logits
 from duo.errors import ModelError, PromptTooLong
+from duo.llama.ubatch import layout
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,10 @@ class Model:
 
     But where a sequence's cells sit in a shared buffer depends on the others, and with
     them the order in which attention adds up: logits can differ in the last digits from
-    the same tokens decoded alone. `kv_unified=False` gives each sequence a buffer of its
-    own, whose results do not depend on the other sequences (--deterministic)."""
+    the same tokens decoded alone. `deterministic` gives each sequence a buffer of its
+    own, whose results do not depend on the other sequences, and keeps every micro-batch at
+    two tokens or more (duo.llama.ubatch): a token's logits are then the same whatever
+    else its pass holds (--deterministic)."""
 
     def __init__(
         self,
@@ -89,7 +92,7 @@ class Model:
         n_gpu_layers: int = 0,
         n_batch: int = 512,
         n_seq: int = 1,
-        kv_unified: bool = True,
+        deterministic: bool = False,
     ) -> None:
         self.path = Path(path)
         _check_gguf_file(self.path)
@@ -110,11 +113,12 @@ class Model:
 
         n_ctx = min(n_ctx, lib.llama_model_n_ctx_train(self._model)) if n_ctx > 0 else 0
         cparams = lib.llama_context_default_params()
-        cparams.n_ctx = n_ctx * n_seq
+        spare = 1 if deterministic else 0  # a cell per sequence for the padding
+        cparams.n_ctx = (n_ctx + spare) * n_seq
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = n_seq
-        shared = kv_unified and n_seq > 1  # one KV buffer for every sequence
+        shared = not deterministic and n_seq > 1  # one KV buffer for every sequence
         cparams.kv_unified = shared
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
@@ -127,12 +131,16 @@ class Model:
         self._vocab = lib.llama_model_get_vocab(self._model)
         self._mem = lib.llama_get_memory(self._ctx)
         self.n_vocab: int = lib.llama_vocab_n_tokens(self._vocab)
-        self.n_ctx: int = lib.llama_n_ctx_seq(self._ctx) // (n_seq if shared else 1)  # per seq
-        self.n_batch: int = lib.llama_n_batch(self._ctx)  # llama.cpp may lower it to n_ctx
+        self.deterministic = deterministic
+        n_ctx_seq = lib.llama_n_ctx_seq(self._ctx) // (n_seq if shared else 1)
+        self.n_ctx: int = n_ctx_seq - spare
+        n_batch = lib.llama_n_batch(self._ctx)  # llama.cpp may lower it to n_ctx
+        self.n_batch: int = n_batch - spare * n_seq  # a token per sequence for the padding
+        self._n_ubatch: int = lib.llama_n_ubatch(self._ctx)
         self.n_threads = n_threads
         # Per sequence, the tokens whose KV is in the cache, in order.
         self.seqs: list[list[int]] = [[] for _ in range(n_seq)]
-        self._batch = lib.llama_batch_init(self.n_batch, 0, 1)
+        self._batch = lib.llama_batch_init(n_batch, 0, 1)
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
         self._fingerprint: str | None = None
@@ -171,15 +179,13 @@ class Model:
         """
         if not tokens:
             raise ValueError("decode needs at least one token")
-        rows = 0
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
-            last_chunk = start + self.n_batch >= len(tokens)
-            self._fill([(seq, chunk)], all_logits)
-            self._batch.logits[len(chunk) - 1] = all_logits or last_chunk
-            self._run([(seq, chunk)])
-            rows = len(chunk) if all_logits else 1
-        return self._logits(rows)
+            last = start + self.n_batch >= len(tokens)
+            flags = [all_logits] * len(chunk)
+            flags[-1] = all_logits or last
+            (row,) = self._pass([(seq, chunk, flags)])
+        return self._logits(row, len(chunk) if all_logits else 1)
 
     def decode_batch(
         self,
@@ -194,59 +200,63 @@ class Model:
         total = sum(len(tokens) for _, tokens in every)
         if not 0 < total <= self.n_batch or not all(tokens for _, tokens in every):
             raise ValueError(f"a batch holds 1 to {self.n_batch} tokens, none empty")
-        self._fill(prefill, False, self._fill(parts, True))
-        self._run(every)
-        if not parts:
-            return []
-        logits = self._logits(sum(len(tokens) for _, tokens in parts))
-        out, row = [], 0
-        for _, tokens in parts:
-            out.append(logits[row : row + len(tokens)])
-            row += len(tokens)
-        return out
+        rows = self._pass(
+            [(seq, tokens, [True] * len(tokens)) for seq, tokens in parts]
+            + [(seq, tokens, [False] * len(tokens)) for seq, tokens in prefill]
+        )
+        return [
+            self._logits(row, len(tokens))
+            for row, (_, tokens) in zip(rows[: len(parts)], parts, strict=True)
+        ]
 
-    def _fill(
-        self, parts: Sequence[tuple[int, Sequence[int]]], all_logits: bool, start: int = 0
-    ) -> int:
-        """Put the parts in the batch from position `start` on; return where they end."""
-        batch, i = self._batch, start
-        for seq, tokens in parts:
-            known = self.seqs[seq]
-            if len(known) + len(tokens) > self.n_ctx:
+    def _pass(self, parts: Sequence[tuple[int, Sequence[int], Sequence[bool]]]) -> list[int]:
+        """One llama_decode of `parts` [(seq, tokens, whether each computes logits), ...]:
+        for each part, the row of its first logits in llama.cpp's buffer. A deterministic
+        model lays the batch out with padding tokens and extra rows (duo.llama.ubatch),
+        whose KV cells are removed after the pass."""
+        wanted = [list(flags) for _, _, flags in parts]
+        if self.deterministic:
+            wanted = layout([(seq, flags) for seq, _, flags in parts], self._n_ubatch)
+        batch, i, row, first = self._batch, 0, 0, []
+        for (seq, tokens, asked), flags in zip(parts, wanted, strict=True):
+            known = len(self.seqs[seq])
+            if known + len(tokens) > self.n_ctx:
                 raise PromptTooLong(
-                    f"{len(known) + len(tokens)} tokens do not fit the context of {self.n_ctx}"
+                    f"{known + len(tokens)} tokens do not fit the context of {self.n_ctx}"
                 )
-            for j, token in enumerate(tokens):
-                batch.token[i] = token
-                batch.pos[i] = len(known) + j
+            first.append(row + sum(flags[: asked.index(True) if any(asked) else 0]))
+            for j, flag in enumerate(flags):
+                batch.token[i] = tokens[min(j, len(tokens) - 1)]
+                batch.pos[i] = known + j
                 batch.n_seq_id[i] = 1
                 batch.seq_id[i][0] = seq
-                batch.logits[i] = all_logits
+                batch.logits[i] = flag
                 i += 1
+            row += sum(flags)
         batch.n_tokens = i
-        return i
-
-    def _run(self, parts: Sequence[tuple[int, Sequence[int]]]) -> None:
-        status = self._lib.llama_decode(self._ctx, self._batch)
-        if status != 0:
-            for seq, _ in parts:  # a failed batch may have left some of its cells
+        status = self._lib.llama_decode(self._ctx, batch)
+        for (seq, tokens, _), flags in zip(parts, wanted, strict=True):
+            if status == 0:
+                self.seqs[seq].extend(tokens)
+            if status != 0 or len(flags) > len(tokens):  # leftover or padding cells
                 self._lib.llama_memory_seq_rm(self._mem, seq, len(self.seqs[seq]), -1)
+        if status != 0:
             raise ModelError(f"llama_decode failed with status {status}")
-        for seq, tokens in parts:
-            self.seqs[seq].extend(tokens)
+        return first
 
-    def _logits(self, rows: int) -> Logits:
-        """The first `rows` rows of llama.cpp's logits buffer, as a view. Making a view
-        costs tens of microseconds (numpy builds a ctypes array type), a round's share of
-        the lead's time outside the model: the view is kept while the buffer stays put
+    def _logits(self, start: int, rows: int) -> Logits:
+        """Rows start to start + rows of llama.cpp's logits buffer, as a view. Making a
+        view costs tens of microseconds (numpy builds a ctypes array type), a round's share
+        of the lead's time outside the model: the view is kept while the buffer stays put
         (it moves only when llama.cpp grows it), and only the rows written are read."""
         pointer = self._lib.llama_get_logits(self._ctx)
         address = ctypes.cast(pointer, ctypes.c_void_p).value
-        if address != self._logits_address or rows > len(self._logits_view):
-            shape = (max(rows, self.n_batch), self.n_vocab)
+        end = start + rows
+        if address != self._logits_address or end > len(self._logits_view):
+            shape = (max(end, self.n_batch), self.n_vocab)
             self._logits_view = np.ctypeslib.as_array(pointer, shape=shape)
             self._logits_address = address
-        return self._logits_view[:rows]
+        return self._logits_view[start:end]
 
     def truncate(self, n: int, seq: int = 0) -> None:
         """Forget sequence `seq`'s KV entries at positions >= n."""

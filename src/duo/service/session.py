@@ -73,7 +73,7 @@ class Session:
             n_threads=models.threads,
             n_gpu_layers=models.n_gpu_layers,
             n_seq=slots,
-            kv_unified=not spec.deterministic,  # bit-identical results need a buffer per slot
+            deterministic=spec.deterministic,
         )
         self.main.template = models.chat_template or self.main.template
         self.draft: Model | None = None
@@ -131,7 +131,6 @@ class Session:
             draft_max=self.spec.draft_max,
             sampler=sampling.sampler(grammar, record),
             policy=self.policy(slot),
-            min_batch=2 if self.spec.deterministic else 1,
             on_end=grammar.close if grammar else None,
         )
 
