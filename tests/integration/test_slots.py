@@ -106,3 +106,32 @@ def test_a_cancelled_request_leaves_the_others_alone(cluster: Cluster) -> None:
     assert results[1:] == expected
     wait_until(lambda: health(url)["slots_busy"] == 0, 30, "the abandoned slot freed")
     assert ask(url, prompts[0], greedy) == expected[0]
+
+
+def test_a_back_drafts_for_every_running_request(cluster: Cluster) -> None:
+    """A lead with three slots and a back as its only drafter: three requests decoded
+    together each verify and accept the back's drafts (--policy fixed: verified whenever
+    there are any, whatever their worth in a batch of three)."""
+    _, url = cluster.lead("--parallel", "3", "--spec-type", "model", "--policy", "fixed", "--quiet")
+    cluster.back(url, "--parallel", "3")
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=300)
+    prompts = ["1, 2, 3, 4, 5, 6,", "10, 20, 30, 40,", "Monday, Tuesday, Wednesday,"]
+
+    def timings(prompt: str) -> dict[str, Any]:
+        r = client.completions.create(model="duo", prompt=prompt, max_tokens=96)
+        extra = r.model_extra or {}
+        return dict(extra["timings"])
+
+    stop, seen = threading.Event(), []
+    watcher = threading.Thread(target=watch_busy, args=(url, stop, seen))
+    watcher.start()
+    try:
+        results = together([lambda p=p: timings(p) for p in prompts])
+    finally:
+        stop.set()
+        watcher.join()
+    assert max(h["slots_busy"] for h in seen) == 3  # decoded together
+    for t in results:
+        [(name, by_back)] = t["draft_sources"].items()
+        assert name.startswith("back:")
+        assert by_back["draft_n_accepted"] > 0, t

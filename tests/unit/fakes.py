@@ -99,7 +99,11 @@ class FakeBatchModel:
 
     def __init__(self, seqs: list[FakeModel]) -> None:
         self.seqs = seqs
+        self.n_vocab = N_VOCAB
         self.passes: list[list[int]] = []  # per pass, the tokens of each part
+
+    def sequence(self, seq: int) -> FakeModel:
+        return self.seqs[seq]
 
     def decode_batch(
         self,

@@ -8,32 +8,34 @@ from typing import cast
 from duo.core.draft import Draft
 from duo.drafting.drafter import DraftWorker, Mirror
 from duo.llama.backend import Model
-from tests.unit.fakes import FakeModel, reference, table_model
+from tests.unit.fakes import FakeBatchModel, FakeModel, reference, table_model
 
 
-def test_mirror_follows_catches_up_and_rolls_back() -> None:
+def test_mirror_catches_up_guesses_ahead_and_rolls_back() -> None:
     table = table_model(20)
     model = FakeModel(table)
     mirror = Mirror(cast(Model, model))
     prompt = [3, 1, 4]
-    assert mirror.follow(prompt)  # catch-up: one batched decode of the whole prompt
+    assert mirror.step(prompt, 5)  # catch-up: one batched decode of the whole prompt
     assert model.decode_calls == [3]
-    for _ in range(4):
-        mirror.extend()
+    while mirror.step(prompt, 5):  # then one guess at a time, up to 5 ahead
+        pass
+    assert model.decode_calls == [3, 1, 1, 1, 1]
     guess = reference(table, prompt, 5)
     assert list(mirror.draft(len(prompt))) == guess
 
     # The lead accepts two guesses, then corrects the third.
     correction = (guess[2] + 1) % 16 or 1
     committed = [*prompt, *guess[:2], correction]
-    assert mirror.follow(committed)
+    assert mirror.step(committed, 1)
     assert model.tokens == committed  # KV rolled back to the disagreement, then fed
     assert list(mirror.draft(len(committed))) == reference(table, committed, 1)
 
     # Committed tokens that are a prefix of the guesses need no work.
-    mirror.extend()
+    assert mirror.step(committed, 2)
     calls = len(model.decode_calls)
-    assert not mirror.follow(committed)
+    assert not mirror.step(committed, 2)
+    assert not mirror.step(committed[:-1], 3)
     assert len(model.decode_calls) == calls
 
 
@@ -42,17 +44,73 @@ def test_worker_drafts_ahead_up_to_max_ahead_and_publishes() -> None:
     drafts: list[Draft] = []
     done = threading.Event()
 
-    def publish(d: Draft) -> None:
+    def publish(key: int, d: Draft) -> None:
+        assert key == 7
         drafts.append(d)
         if len(d.tokens) >= 5:
             done.set()
 
-    worker = DraftWorker(Mirror(cast(Model, FakeModel(table))), publish, max_ahead=5).start()
+    worker = DraftWorker(cast(Model, FakeModel(table)), publish, max_ahead=5).start()
     try:
-        worker.begin([1, 2])
+        worker.begin(7, [1, 2])
         assert done.wait(5)
         assert drafts[-1] == Draft(2, tuple(reference(table, [1, 2], 5)))
         assert all(len(d.tokens) <= 5 for d in drafts)
+    finally:
+        worker.stop()
+
+
+class Published:
+    """Drafts published by a worker, by key, and a way to wait for one."""
+
+    def __init__(self) -> None:
+        self.drafts: dict[int, list[Draft]] = {}
+        self.cv = threading.Condition()
+
+    def __call__(self, key: int, d: Draft) -> None:
+        with self.cv:
+            self.drafts.setdefault(key, []).append(d)
+            self.cv.notify_all()
+
+    def wait_for(self, key: int, n_committed: int, length: int) -> Draft:
+        def found() -> Draft | None:
+            ok = [d for d in self.drafts.get(key, []) if d.start == n_committed]
+            return next((d for d in ok if len(d.tokens) >= length), None)
+
+        with self.cv:
+            assert self.cv.wait_for(lambda: found() is not None, timeout=5)
+            draft = found()
+            assert draft is not None
+            return draft
+
+
+def test_one_worker_drafts_for_several_generations_in_one_pass_each_round() -> None:
+    """Three generations on three sequences: each one's drafts are its own, their next
+    tokens share passes, and a fourth takes the sequence of the one that began first."""
+    table = table_model(23)
+    model = FakeBatchModel([FakeModel(table) for _ in range(3)])
+    published = Published()
+    worker = DraftWorker(cast(Model, model), published, sequences=3, max_ahead=4).start()
+    prompts = {10: [1, 2], 11: [3, 4, 5], 12: [6]}
+    try:
+        for key, prompt in prompts.items():
+            worker.begin(key, prompt)
+        for key, prompt in prompts.items():
+            draft = published.wait_for(key, len(prompt), 4)
+            assert list(draft.tokens) == reference(table, prompt, 4)
+        assert max(len(parts) for parts in model.passes) > 1  # several in one pass
+
+        worker.begin(13, [7, 8])  # every sequence is taken: 10's, the first, is lent
+        draft = published.wait_for(13, 2, 4)
+        assert list(draft.tokens) == reference(table, [7, 8], 4)
+        assert {t.key for t in worker.tracks} == {11, 12, 13}
+        worker.commit(10, 2, [9])  # 10 has no sequence any more: nothing happens
+        worker.end(11)
+        assert {t.key for t in worker.tracks} == {None, 12, 13}
+        committed = [3, 4, 5, *reference(table, [3, 4, 5], 2)]
+        worker.begin(14, committed)  # the free sequence, which holds 11's tokens
+        draft = published.wait_for(14, len(committed), 4)
+        assert list(draft.tokens) == reference(table, committed, 4)
     finally:
         worker.stop()
 
@@ -83,38 +141,24 @@ class WatchedCondition(threading.Condition):
 def test_a_resting_worker_hears_commits_without_decoding_then_catches_up_in_one_batch() -> None:
     table = table_model(22)
     model = FakeModel(table)
-    drafts: list[Draft] = []
-    published = threading.Condition()
-
-    def publish(d: Draft) -> None:
-        with published:
-            drafts.append(d)
-            published.notify_all()
-
-    def wait_for(n_committed: int, length: int) -> None:
-        with published:
-            assert published.wait_for(
-                lambda: any(d.start == n_committed and len(d.tokens) >= length for d in drafts),
-                timeout=5,
-            )
-
-    worker = DraftWorker(Mirror(cast(Model, model)), publish, max_ahead=3)
+    published = Published()
+    worker = DraftWorker(cast(Model, model), published, max_ahead=3)
     cv = worker._cv = WatchedCondition()
     worker.start()
     try:
-        worker.begin([1, 2])
-        wait_for(2, 3)
-        # A wait begun after rest(True) is a resting one: the worker checks _resting under
+        worker.begin(0, [1, 2])
+        published.wait_for(0, 2, 3)
+        # A wait begun after rest(True) is a resting one: the worker checks `resting` under
         # the lock before every decode, so from here on it cannot decode until rest(False).
-        cv.next_wait(lambda: worker.rest(True))
+        cv.next_wait(lambda: worker.rest(0, True))
         calls = len(model.decode_calls)
         committed = [1, 2, *[(t + 1) % 16 or 1 for t in reference(table, [1, 2], 10)]]
         # The commit wakes the worker; it goes back to its wait without a decode.
-        cv.next_wait(lambda: worker.commit(2, committed[2:]))
+        cv.next_wait(lambda: worker.commit(0, 2, committed[2:]))
         assert len(model.decode_calls) == calls  # heard, not evaluated
-        worker.rest(False)
-        wait_for(len(committed), 3)
+        worker.rest(0, False)
+        draft = published.wait_for(0, len(committed), 3)
         assert model.decode_calls[calls] >= 9  # the missed commits, in one batch
-        assert drafts[-1].tokens == tuple(reference(table, committed, 3))
+        assert draft.tokens == tuple(reference(table, committed, 3))
     finally:
         worker.stop()

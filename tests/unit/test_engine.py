@@ -44,7 +44,7 @@ def test_target_mode_is_the_main_model(prompt: list[int]) -> None:
 def test_sync_speculation_is_lossless(prompt: list[int], k: int) -> None:
     table = table_model(2)
     draft = FakeModel(corrupted(table, 0.3, seed=3))
-    out, stats = run(FakeModel(table), prompt, 60, SyncDrafts(cast(Model, draft)), k)
+    out, stats = run(FakeModel(table), prompt, 60, SyncDrafts(cast(Model, draft)).source(0), k)
     assert out == reference(table, prompt, 60)
     assert stats.accepted > 0
     assert stats.rounds < 60  # speculation saved rounds
@@ -52,7 +52,9 @@ def test_sync_speculation_is_lossless(prompt: list[int], k: int) -> None:
 
 def test_perfect_drafter_accepts_everything() -> None:
     table = table_model(4)
-    out, stats = run(FakeModel(table), [1, 2], 50, SyncDrafts(cast(Model, FakeModel(table))), 4)
+    out, stats = run(
+        FakeModel(table), [1, 2], 50, SyncDrafts(cast(Model, FakeModel(table))).source(0), 4
+    )
     assert out == reference(table, [1, 2], 50)
     assert stats.acceptance_rate == 1.0
     assert stats.mean_acceptance_length == 5.0
@@ -64,7 +66,7 @@ def test_async_speculation_is_lossless(prompt: list[int]) -> None:
     drafts = ThreadDrafts(cast(Model, FakeModel(corrupted(table, 0.2, seed=6))), max_ahead=6)
     try:
         for _ in range(3):  # the same drafter serves several generations
-            out, _ = run(FakeModel(table), prompt, 80, drafts, 4)
+            out, _ = run(FakeModel(table), prompt, 80, drafts.source(0), 4)
             assert out == reference(table, prompt, 80)
     finally:
         drafts.close()
@@ -104,7 +106,7 @@ def test_garbage_drafts_change_nothing() -> None:
 @pytest.mark.parametrize("n", [1, 2, 5, 9])
 def test_max_tokens_is_exact_even_with_a_bonus(n: int) -> None:
     table = table_model(9)
-    out, _ = run(FakeModel(table), [1], n, SyncDrafts(cast(Model, FakeModel(table))), 8)
+    out, _ = run(FakeModel(table), [1], n, SyncDrafts(cast(Model, FakeModel(table))).source(0), 8)
     assert out == reference(table, [1], n)
 
 
@@ -123,7 +125,7 @@ def test_main_kv_holds_exactly_the_committed_tokens_but_the_last() -> None:
     table = table_model(11)
     main = FakeModel(table)
     prompt = [4, 5]
-    drafts = SyncDrafts(cast(Model, FakeModel(corrupted(table, 0.5, seed=1))))
+    drafts = SyncDrafts(cast(Model, FakeModel(corrupted(table, 0.5, seed=1)))).source(0)
     committed = list(prompt)
     for r in generate(cast(Model, main), prompt, max_tokens=30, drafts=drafts, draft_max=4):
         committed.extend(r.tokens)

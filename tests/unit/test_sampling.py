@@ -46,10 +46,12 @@ def test_same_seed_same_tokens_in_every_mode(params: SamplingParams) -> None:
     table = table_model(30)
     target = tokens(FakeModel(table, soft=True), params, 120)
     drafter = FakeModel(corrupted(table, 0.3, seed=31))
-    sync = tokens(FakeModel(table, soft=True), params, 120, SyncDrafts(cast(Model, drafter)))
+    sync = tokens(
+        FakeModel(table, soft=True), params, 120, SyncDrafts(cast(Model, drafter)).source(0)
+    )
     async_drafts = ThreadDrafts(cast(Model, FakeModel(table)), max_ahead=6)
     try:
-        async_ = tokens(FakeModel(table, soft=True), params, 120, async_drafts)
+        async_ = tokens(FakeModel(table, soft=True), params, 120, async_drafts.source(0))
     finally:
         async_drafts.close()
     assert sync == target

@@ -14,7 +14,7 @@ import pytest
 from duo.core.engine import generate
 from duo.core.logprobs import LogprobQueue, TokenLogprob, token_logprob
 from duo.core.sampling import Constraint, Dist, Greedy, Logits, SamplingParams, adjusted
-from duo.drafting.sources import SyncDrafts
+from duo.drafting.sources import SyncDrafts, SyncSlot
 from duo.errors import GenerationFailed, UsageError
 from duo.llama.backend import Model
 from tests.unit.fakes import FakeModel, corrupted, table_model
@@ -93,8 +93,8 @@ def run(
     return out
 
 
-def drafter() -> SyncDrafts:
-    return SyncDrafts(cast(Model, FakeModel(corrupted(table_model(30), 0.3, seed=31))))
+def drafter() -> SyncSlot:
+    return SyncDrafts(cast(Model, FakeModel(corrupted(table_model(30), 0.3, seed=31)))).source(0)
 
 
 SETTINGS = [

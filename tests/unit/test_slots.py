@@ -13,7 +13,7 @@ from duo.core.engine import Generation, Round, step
 from duo.core.policy import CostModel, StreakAcceptance
 from duo.core.sampling import SamplingParams
 from duo.drafting.lookup import NgramDrafts
-from duo.drafting.sources import Shared, Sources, SyncDrafts
+from duo.drafting.sources import Sources, SyncDrafts
 from duo.llama.backend import Model
 from tests.unit.fakes import FakeBatchModel, FakeModel, corrupted, reference, table_model
 
@@ -22,12 +22,14 @@ PROMPTS = [[1, 2, 3], [4, 4, 4, 4], [9], [5, 6, 5, 6, 5]]
 
 def test_generations_in_one_pass_are_each_the_main_model_alone() -> None:
     """Four generations of different lengths with n-gram lookups and one model drafter
-    they take turns with: every output is the main model's, passes hold several
-    generations at once, and each generation leaves when its budget is spent."""
+    that drafts for all of them (a sequence each): every output is the main model's,
+    passes hold several generations at once, and each generation leaves when its budget
+    is spent."""
     table = table_model(7)
     seqs = [FakeModel(table) for _ in PROMPTS]
     main = FakeBatchModel(seqs)
-    drafter = Shared(SyncDrafts(cast(Model, FakeModel(corrupted(table, 0.2, 1)))))
+    draft = FakeBatchModel([FakeModel(corrupted(table, 0.2, 1)) for _ in PROMPTS])
+    drafter = SyncDrafts(cast(Model, draft), slots=len(PROMPTS))
     costs = CostModel({1: 1.0, 9: 1.2, 36: 2.0})
     gens = []
     for seq, prompt in enumerate(PROMPTS):
@@ -35,27 +37,27 @@ def test_generations_in_one_pass_are_each_the_main_model_alone() -> None:
             seqs[seq],
             prompt,
             max_tokens=20 + 10 * seq,
-            drafts=Sources([NgramDrafts(2, 4), drafter.lend()]),
+            drafts=Sources([NgramDrafts(2, 4), drafter.source(seq)]),
             policy=PerSource(costs),
         )
         g.start()
         gens.append((seq, g))
     out: dict[int, list[int]] = {seq: [] for seq in range(len(PROMPTS))}
-    sources: set[str | None] = set()
+    sources: dict[int, set[str | None]] = {seq: set() for seq in range(len(PROMPTS))}
     while gens:
         results = step(main, gens)
         for (seq, _), r in zip(gens, results, strict=True):
             assert isinstance(r, Round)
             out[seq].extend(r.tokens)
-            sources.add(r.source)
+            sources[seq].add(r.source)
         for _, g in [x for x in gens if x[1].finish]:
             g.end()
         gens = [x for x in gens if not x[1].finish]
     for seq, prompt in enumerate(PROMPTS):
         assert out[seq] == reference(table, prompt, 20 + 10 * seq)
     assert max(len(p) for p in main.passes) == len(PROMPTS)
-    assert {"model", "ngram"} <= sources  # the model drafter served, and passed on
-    assert drafter.holder is None
+    assert all("model" in used for used in sources.values())  # drafted for every one
+    assert "ngram" in set().union(*sources.values())
 
 
 class Failing:

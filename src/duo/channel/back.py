@@ -1,8 +1,11 @@
 """`duo back`: a drafter process that serves a lead over one persistent connection.
 
-It mirrors the lead's committed tokens (BEGIN, COMMIT), drafts ahead on its own thread,
-and streams only what is new in its draft (DRAFT frames). When the lead goes away it
-reconnects with backoff; an incompatible draft model is refused at the handshake.
+It mirrors the committed tokens of the lead's running generations (BEGIN, COMMIT), one
+session each, and drafts ahead for all of them on its own thread (a sequence of the draft
+model per session, up to `--parallel` at once, their next tokens evaluated in one pass);
+it streams only what is new in each session's draft (DRAFT, then APPEND frames). When
+the lead goes away it reconnects with backoff; an incompatible draft model is refused at
+the handshake.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 from duo import auth
 from duo.channel import protocol as p
 from duo.core.draft import Draft, delta
-from duo.drafting.drafter import DraftWorker, Mirror
+from duo.drafting.drafter import DraftWorker
 from duo.errors import CertificateError, ProtocolError, Refused, UsageError
 from duo.llama.backend import Model
 
@@ -34,6 +37,7 @@ log = logging.getLogger(__name__)
 class BackConfig:
     lead: str = "http://127.0.0.1:5555"  # --lead: the lead's URL
     max_ahead: int = 12  # --max-ahead: most tokens drafted past the committed ones
+    parallel: int = 4  # --parallel: sessions drafted for at once (the model's sequences)
     api_key: str | None = None  # --api-key (or --api-key-file, DUO_DRAFTER_KEY, DUO_API_KEY)
     name: str = ""  # --name: shown in the lead's logs and on its web page
     cores: frozenset[int] | None = None  # --pin: cores of the drafter thread
@@ -64,12 +68,13 @@ class Back:
         self.name = config.name or f"{socket.gethostname()}:{os.getpid()}"
         self._outbox: asyncio.Queue[bytes] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._session = -1
-        self._sent: Draft | None = None
+        self._sent: dict[int, Draft] = {}  # by session: what the lead knows of its draft
+        self._last = -1  # the session of the last draft frame sent (APPEND continues it)
         self._width = 4
         self.worker = DraftWorker(
-            Mirror(model),
+            model,
             self._publish,
+            sequences=config.parallel,
             max_ahead=config.max_ahead,
             cores=set(config.cores) if config.cores else None,
         )
@@ -136,7 +141,7 @@ class Back:
             if not isinstance(reply, p.Welcome):
                 raise ProtocolError("expected WELCOME")
             self._width = reply.token_width
-            self._session, self._sent = -1, None
+            self._sent, self._last = {}, -1
             self._outbox = asyncio.Queue()
             sender = asyncio.create_task(self._send_loop(ws, self._outbox))
             log.info("connected to %s", self.url)
@@ -153,32 +158,36 @@ class Back:
     def _on_frame(self, msg: p.Message) -> None:
         match msg:
             case p.Begin(session, tokens):
-                self._session, self._sent = session, None
-                self.worker.begin(tokens)
-            case p.Commit(session, start, tokens) if session == self._session:
-                self.worker.commit(start, tokens)
-            case p.End(session) if session == self._session:
-                self.worker.end()
-            case p.Begin() | p.Commit() | p.End():
-                pass  # a stale session
+                self._sent.pop(session, None)
+                self.worker.begin(session, tokens)
+            case p.Commit(session, start, tokens):
+                self.worker.commit(session, start, tokens)  # ignored for unknown sessions
+            case p.End(session):
+                self._sent.pop(session, None)
+                self.worker.end(session)
             case _:
                 raise ProtocolError(f"unexpected {type(msg).__name__} from the lead")
 
-    def _publish(self, draft: Draft) -> None:
+    def _publish(self, session: int, draft: Draft) -> None:
         """On the drafter thread: hand the draft to the event loop."""
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._send_draft, draft)
+            self._loop.call_soon_threadsafe(self._send_draft, session, draft)
 
-    def _send_draft(self, draft: Draft) -> None:
+    def _send_draft(self, session: int, draft: Draft) -> None:
         """On the event loop: queue what the lead does not know of this draft yet."""
-        if self._outbox is None or self._session < 0:
+        if self._outbox is None:
             return
-        new = delta(self._sent, draft)
+        sent = self._sent.get(session)
+        new = delta(sent, draft)
         if new is None:
             return
-        follows = self._sent is not None and new.start == self._sent.start + len(self._sent.tokens)
-        msg = p.Append(new.tokens) if follows else p.DraftMsg(self._session, new.start, new.tokens)
-        self._sent = draft
+        follows = (
+            session == self._last
+            and sent is not None
+            and new.start == sent.start + len(sent.tokens)
+        )
+        msg = p.Append(new.tokens) if follows else p.DraftMsg(session, new.start, new.tokens)
+        self._sent[session], self._last = draft, session
         self._outbox.put_nowait(p.encode(msg, self._width))
 
     @staticmethod

@@ -1,10 +1,12 @@
-"""The connected backs as one draft source of the lead.
+"""The connected backs as a draft source of every generation of the lead.
 
-The engine thread calls begin/propose/commit/end (a DraftSource) and never blocks on the
-network: a proposal reads each back's latest draft, and what the backs must hear (BEGIN,
-COMMIT, END) is handed to each back's `send`, which the transport makes thread-safe. The
-transport (duo.channel.endpoint) calls join/leave and `receive` with each back's guesses,
-whose tokens it has checked against the vocabulary.
+Each generation is a session of its own, which every back hears of (BEGIN, COMMIT, END)
+and drafts for, all running sessions at once. The engine thread calls a session's
+begin/propose/commit/end (a DraftSource, `Backs.source`) and never blocks on the network:
+a proposal reads each back's latest draft for that session, and what the backs must hear
+is handed to each back's `send`, which the transport makes thread-safe. The transport
+(duo.channel.endpoint) calls join/leave and `receive` with each back's guesses, whose
+tokens it has checked against the vocabulary.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ class Remote:
     name: str
     send: Callable[[p.Message], None]  # to this back; callable from any thread
     lock: threading.Lock = field(default_factory=threading.Lock)
-    draft: Draft | None = None  # guarded by lock
+    drafts: dict[int, Draft] = field(default_factory=dict)  # by session; guarded by lock
     host: str = ""  # the peer's address, as the lead sees it
     model: str = ""  # the draft model's name, as the back tells it (unchecked)
     joined: float = field(default_factory=time.time)
@@ -43,8 +45,8 @@ class Backs:
     def __init__(self) -> None:
         self._remotes: tuple[Remote, ...] = ()  # replaced whole: the engine reads it lock-free
         self._lock = threading.Lock()  # orders joins against begin/commit
-        self.session = 0
-        self._committed: list[int] | None = None
+        self._sessions = 0  # the last session's number
+        self._live: dict[int, list[int]] = {}  # the running sessions' committed tokens
         self._listeners: list[Callable[[str, Remote], None]] = []
 
     @property
@@ -60,43 +62,53 @@ class Backs:
         the transport: the event loop)."""
         self._listeners.append(listener)
 
-    # -- DraftSource: called on the engine thread ---------------------------------------
+    def source(self, slot: int) -> BackSession:
+        """A generation's DraftSource: a session of its own with every back."""
+        return BackSession(self)
 
-    def begin(self, prompt: Sequence[int]) -> None:
+    def close(self) -> None:
+        pass  # the transport closes the connections
+
+    # -- a session's DraftSource calls: on the engine thread ------------------------------
+
+    def _begin(self, prompt: Sequence[int]) -> int:
         with self._lock:
-            self.session += 1
-            self._committed = list(prompt)
-            for remote in self._remotes:
-                with remote.lock:
-                    remote.draft = None
-            self._send_all(p.Begin(self.session, tuple(prompt)))
+            self._sessions += 1
+            session = self._sessions
+            self._live[session] = list(prompt)
+            self._send_all(p.Begin(session, tuple(prompt)))
+            return session
 
-    def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
+    def _propose(self, session: int, committed: Sequence[int], limit: int) -> list[Proposal]:
         """One proposal per back with a usable draft: each back is a source of its own."""
         proposals = []
         for remote in self._remotes:
             with remote.lock:
-                remote.draft = advance(committed, remote.draft)
-                tokens = usable(committed, remote.draft, limit)
+                draft = advance(committed, remote.drafts.pop(session, None))
+                if draft is not None:  # else stale: the back's next frame starts afresh
+                    remote.drafts[session] = draft
+                tokens = usable(committed, draft, limit)
             if tokens:
                 proposals.append(Proposal(remote.source, tuple(tokens)))
         return proposals
 
-    def commit(self, start: int, tokens: Sequence[int]) -> None:
+    def _commit(self, session: int, start: int, tokens: Sequence[int]) -> None:
         with self._lock:
-            if self._committed is None:
+            committed = self._live.get(session)
+            if committed is None:
                 return
-            del self._committed[start:]
-            self._committed.extend(tokens)
-            self._send_all(p.Commit(self.session, start, tuple(tokens)))
+            del committed[start:]
+            committed.extend(tokens)
+            self._send_all(p.Commit(session, start, tuple(tokens)))
 
-    def end(self) -> None:
+    def _end(self, session: int) -> None:
         with self._lock:
-            self._committed = None
-            self._send_all(p.End(self.session))
-
-    def rest(self, resting: frozenset[str]) -> None:
-        """Backs keep drafting: on a device of their own they cost the lead nothing."""
+            if self._live.pop(session, None) is None:
+                return
+            self._send_all(p.End(session))
+            for remote in self._remotes:
+                with remote.lock:
+                    remote.drafts.pop(session, None)
 
     def _send_all(self, msg: p.Message) -> None:
         for remote in self._remotes:
@@ -107,8 +119,8 @@ class Backs:
     def join(self, remote: Remote) -> None:
         with self._lock:
             self._remotes = (*self._remotes, remote)
-            if self._committed is not None:  # joining mid-generation: catch up first
-                remote.send(p.Begin(self.session, tuple(self._committed)))
+            for session, committed in self._live.items():  # joining mid-generation
+                remote.send(p.Begin(session, tuple(committed)))
         self._tell("join", remote)
 
     def leave(self, remote: Remote) -> None:
@@ -121,9 +133,32 @@ class Backs:
             listener(change, remote)
 
     def receive(self, remote: Remote, session: int, start: int, tokens: tuple[int, ...]) -> None:
-        """Guesses for positions start, start+1, ... of `session` (stale sessions are
-        ignored: the back has not heard of the new generation yet)."""
-        if session != self.session:
+        """Guesses for positions start, start+1, ... of `session` (those for a session
+        that is over are ignored: the back had not heard of its end yet)."""
+        if session not in self._live:
             return
         with remote.lock:
-            remote.draft = merge(remote.draft, start, tokens, MAX_KEPT)
+            remote.drafts[session] = merge(remote.drafts.get(session), start, tokens, MAX_KEPT)
+
+
+class BackSession:
+    """One generation's session with the backs (a DraftSource)."""
+
+    def __init__(self, backs: Backs) -> None:
+        self.backs = backs
+        self.session = 0  # none yet
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.session = self.backs._begin(prompt)
+
+    def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
+        return self.backs._propose(self.session, committed, limit)
+
+    def commit(self, start: int, tokens: Sequence[int]) -> None:
+        self.backs._commit(self.session, start, tokens)
+
+    def end(self) -> None:
+        self.backs._end(self.session)
+
+    def rest(self, resting: frozenset[str]) -> None:
+        """Backs keep drafting: on a device of their own they cost the lead nothing."""

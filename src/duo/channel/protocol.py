@@ -13,7 +13,8 @@ has at most 65536 tokens, else 4). Only token IDs and small integers cross the w
     back -> lead   DRAFT    session u32, start u32, tokens      (guesses from position start on;
                                                                  replaces any earlier guess there)
     back -> lead   APPEND   tokens                              (guesses right after the last
-                                                                 DRAFT/APPEND of this session)
+                                                                 DRAFT/APPEND, for the session
+                                                                 of the last DRAFT)
 
 A back drafts one token at a time, so most of its frames are APPENDs: 1 byte of header.
 A lead takes at most MAX_DRAFT_TOKENS tokens in one DRAFT or APPEND (more cannot be used).

@@ -80,7 +80,18 @@ def add_back_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     back.add_argument("-t", "--threads", type=positive, default=1, help="threads")
     back.add_argument("-ngl", "--n-gpu-layers", type=non_negative, default=0, help="GPU layers")
     add_rpc_arg(back)
-    back.add_argument("-c", "--ctx-size", type=positive, default=4096, help="context size")
+    back.add_argument(
+        "-c", "--ctx-size", type=positive, default=4096, help="context size of each sequence"
+    )
+    back.add_argument(
+        "-np",
+        "--parallel",
+        type=positive,
+        default=4,
+        metavar="N",
+        help="draft for up to N of the lead's running requests at once (its slots), each "
+        "in a sequence of its own, their next tokens in one pass (default %(default)s)",
+    )
     back.add_argument(
         "--max-ahead",
         type=positive,
@@ -227,9 +238,21 @@ def cmd_back(args: argparse.Namespace) -> int:
     assert path is not None
     cores, _ = parse_pin(args.pin) if args.pin else (None, None)
     setup_rpc(args.rpc, n_gpu_layers=args.n_gpu_layers)
-    model = Model(path, n_ctx=args.ctx_size, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers)
+    model = Model(
+        path,
+        n_ctx=args.ctx_size,
+        n_threads=args.threads,
+        n_gpu_layers=args.n_gpu_layers,
+        n_seq=args.parallel,
+    )
     config = BackConfig(
-        lead=args.lead, max_ahead=args.max_ahead, api_key=key, name=args.name, cores=cores, tls=tls
+        lead=args.lead,
+        max_ahead=args.max_ahead,
+        parallel=args.parallel,
+        api_key=key,
+        name=args.name,
+        cores=cores,
+        tls=tls,
     )
     back = Back(
         model, config, on_connect=lambda url: print(f"duo back: connected to {url}", flush=True)

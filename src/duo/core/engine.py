@@ -67,6 +67,16 @@ class DraftSource(Protocol):
         catch up when they are no longer in it."""
 
 
+class DraftPool(Protocol):
+    """A drafter that serves several generations at once (a model drafter, the backs)."""
+
+    def source(self, slot: int) -> DraftSource:
+        """The DraftSource of one generation, running in `slot` of the main model."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class NoDrafts:
     """The main model alone: every round decodes one token."""
 

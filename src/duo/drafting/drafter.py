@@ -13,12 +13,17 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from duo.core.draft import Draft, common_prefix
-from duo.core.sampling import Greedy, Sampler
-from duo.llama.backend import Model
+from duo.core.sampling import Greedy, Logits, Sampler
+from duo.llama.backend import Model, ModelSequence
 
 log = logging.getLogger(__name__)
+
+# A catch-up of more tokens than this is evaluated alone, with logits for its last token
+# only, not in the pass of every generation's next tokens (which computes every row's).
+BATCHED = 4
 
 
 class Mirror:
@@ -28,7 +33,7 @@ class Mirror:
     the last logits (not yet evaluated). The draft for committed tokens C is seq[len(C):].
     """
 
-    def __init__(self, model: Model, sampler: Sampler | None = None) -> None:
+    def __init__(self, model: Model | ModelSequence, sampler: Sampler | None = None) -> None:
         self.model = model
         self.sampler = sampler or Greedy()
         self.pending: int | None = None
@@ -44,62 +49,89 @@ class Mirror:
     def draft(self, n_committed: int) -> tuple[int, ...]:
         return tuple(self.seq[n_committed:])
 
-    def follow(self, committed: Sequence[int]) -> bool:
-        """Line up with the committed tokens; return True if that needed a decode.
+    def plan(self, committed: Sequence[int], max_ahead: int) -> list[int]:
+        """The tokens to evaluate next ([] when there is nothing to do), whose last row of
+        logits `took` then takes.
 
-        If the committed tokens are a prefix of our guesses, the guesses stand. Otherwise
-        roll the KV back to the first disagreement and evaluate the committed tokens
-        from there (a catch-up when joining, the correction after a rejection).
+        If the committed tokens are a prefix of our guesses, the guesses stand, and the
+        next one to evaluate is the pending guess, while the draft is less than max_ahead
+        tokens ahead. Otherwise roll the KV back to the first disagreement and evaluate the
+        committed tokens from there (a catch-up when joining, the correction after a
+        rejection), at least one to get fresh logits.
         """
         if not committed:
-            return False
-        seq = self.seq
-        agree = common_prefix(seq, committed)
-        if agree == len(committed) and self.pending is not None:
-            return False
-        # Keep what agrees, but re-evaluate at least one token to get fresh logits.
-        keep = min(agree, len(self.model.tokens), len(committed) - 1)
-        self.model.truncate(keep)
-        logits = self.model.decode(committed[keep:], all_logits=False)
-        self.pending = self.sampler.sample(logits[-1], committed)
-        return True
+            return []
+        agree = common_prefix(self.seq, committed)
+        if agree < len(committed) or self.pending is None:
+            keep = min(agree, len(self.model.tokens), len(committed) - 1)
+            self.model.truncate(keep)
+            self.pending = None
+            return list(committed[keep:])
+        if self.ahead(len(committed)) < max_ahead and len(self.model.tokens) + 1 < self.model.n_ctx:
+            guess, self.pending = self.pending, None  # if decode fails, the mirror stays whole
+            return [guess]
+        return []
 
-    def extend(self) -> None:
-        """Guess one more token: evaluate the pending guess and sample the next."""
-        if self.pending is None:
-            raise RuntimeError("extend() before follow()")
-        guess = self.pending
-        self.pending = None  # if decode fails, the mirror stays consistent
-        logits = self.model.decode([guess], all_logits=False)
-        self.pending = self.sampler.sample(logits[-1], self.model.tokens)
+    def took(self, logits: Logits) -> None:
+        """The planned tokens were evaluated: sample the next guess from their last row."""
+        self.pending = self.sampler.sample(logits, self.model.tokens)
+
+    def step(self, committed: Sequence[int], max_ahead: int) -> bool:
+        """Evaluate what `plan` asks for, alone; return whether there was anything."""
+        tokens = self.plan(committed, max_ahead)
+        if tokens:
+            self.took(self.model.decode(tokens, all_logits=False)[-1])
+        return bool(tokens)
+
+
+@dataclass(eq=False)
+class Track:
+    """One sequence of the draft model and the generation it drafts for, if any."""
+
+    mirror: Mirror
+    seq: int
+    key: int | None = None  # the generation's key (a slot, a session); None: free
+    committed: list[int] | None = None  # the generation's committed tokens
+    began: int = 0  # when it took its generation (a count of begins)
+    version: int = 0  # of `committed`, bumped by every change
+    seen: int = -1  # the version of the last draft published
+    idle: bool = False  # nothing to draft until the next change
+    resting: bool = False
 
 
 class DraftWorker:
-    """Runs a Mirror on its own thread, drafting ahead of the commits it is given.
+    """Runs mirrors on their own thread, drafting ahead of the commits they are given: one
+    sequence of the draft model per generation it drafts for, up to `sequences` at once
+    (a lead's slots, or the sessions of a lead's slots), their next tokens evaluated
+    together in one pass.
 
-    `begin`, `commit` and `end` may be called from any thread and never block on the
-    draft model. `publish` is called on the worker thread with each new draft.
+    `begin`, `commit`, `end` and `rest` may be called from any thread with a generation's
+    key and never block on the draft model; a generation beyond `sequences` takes the
+    sequence of the one that began first. `publish(key, draft)` is called on the worker
+    thread with each new draft.
     """
 
     def __init__(
         self,
-        mirror: Mirror,
-        publish: Callable[[Draft], None],
+        model: Model,
+        publish: Callable[[int, Draft], None],
         *,
+        sequences: int = 1,
         max_ahead: int = 8,
         cores: set[int] | None = None,
         name: str = "drafter",
     ) -> None:
-        self.mirror = mirror
+        self.model = model
         self.publish = publish
         self.max_ahead = max_ahead
         self.cores = cores
+        one = sequences == 1  # a model of one sequence: no batches needed
+        self.tracks = [
+            Track(Mirror(model if one else model.sequence(seq)), seq) for seq in range(sequences)
+        ]
         self._cv = threading.Condition()
-        self._committed: list[int] | None = None
-        self._version = 0
-        self._published_version = -1
+        self._begun = 0
         self._stopped = False
-        self._resting = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> DraftWorker:
@@ -114,80 +146,102 @@ class DraftWorker:
 
     # -- called by the lead side (any thread) ----------------------------------------
 
-    def begin(self, prompt: Sequence[int]) -> None:
+    def begin(self, key: int, prompt: Sequence[int]) -> None:
         with self._cv:
-            self._committed = list(prompt)
-            self._version += 1
-            self._cv.notify()
+            track = self._track(key) or min(
+                self.tracks,
+                key=lambda t: (
+                    t.key is not None,  # a free sequence first,
+                    t.began if t.key is not None else 0,  # else the oldest generation's,
+                    -common_prefix(t.mirror.model.tokens, prompt),  # sharing most of the prompt
+                ),
+            )
+            self._begun += 1
+            track.key, track.committed, track.began = key, list(prompt), self._begun
+            track.resting = False
+            self._changed(track)
 
-    def commit(self, start: int, tokens: Sequence[int]) -> None:
+    def commit(self, key: int, start: int, tokens: Sequence[int]) -> None:
         with self._cv:
-            if self._committed is None:
+            track = self._track(key)
+            if track is None or track.committed is None:
                 return
-            del self._committed[start:]
-            self._committed.extend(tokens)
-            self._version += 1
-            self._cv.notify()
+            del track.committed[start:]
+            track.committed.extend(tokens)
+            self._changed(track)
 
-    def end(self) -> None:
+    def end(self, key: int | None = None) -> None:
+        """A generation is over (None: every one)."""
         with self._cv:
-            self._committed = None
-            self._version += 1
+            for track in self.tracks:
+                if key is None or track.key == key:
+                    track.key, track.committed = None, None
 
-    def rest(self, resting: bool) -> None:
-        """While resting the worker does not decode; it still hears every commit and
-        catches up with them in one batch when it drafts again."""
-        if resting == self._resting:
-            return
+    def rest(self, key: int, resting: bool) -> None:
+        """While resting the worker does not decode for this generation; it still hears
+        every commit and catches up with them in one batch when it drafts again."""
         with self._cv:
-            self._resting = resting
-            self._cv.notify()
+            track = self._track(key)
+            if track is not None and track.resting != resting:
+                track.resting = resting
+                self._cv.notify()
+
+    def _track(self, key: int) -> Track | None:
+        return next((t for t in self.tracks if t.key == key), None)
+
+    def _changed(self, track: Track) -> None:
+        track.version += 1
+        self._cv.notify()
 
     # -- the worker thread -----------------------------------------------------------
 
     def _run(self) -> None:
         if self.cores:
             os.sched_setaffinity(0, self.cores)  # pins this thread only (Linux)
-        seen = -1
-        idle = False
         while True:
             with self._cv:
-                while not self._stopped and (
-                    self._committed is None or self._resting or (idle and self._version == seen)
-                ):
+                while not self._stopped and not (work := self._work()):
                     self._cv.wait()
                 if self._stopped:
                     return
-                assert self._committed is not None
-                committed = list(self._committed)
-                seen = self._version
             try:
-                idle = self._step(committed, changed=self._version_changed(seen))
+                self._step(work)
             except Exception:  # a drafter failure must never reach the lead
                 log.exception("drafter step failed; waiting for the next commit")
-                idle = True
+                for track, *_ in work:
+                    track.idle = True
 
-    def _version_changed(self, seen: int) -> bool:
-        changed = seen != self._published_version
-        self._published_version = seen
-        return changed
+    def _work(self) -> list[tuple[Track, int, list[int], bool]]:
+        """Under the lock: (track, key, committed tokens, changed since its last draft)
+        of every generation with something to do."""
+        work = []
+        for t in self.tracks:
+            if t.key is None or t.committed is None or t.resting:
+                continue
+            changed = t.version != t.seen
+            if changed or not t.idle:
+                t.seen = t.version
+                work.append((t, t.key, list(t.committed), changed))
+        return work
 
-    def _step(self, committed: list[int], *, changed: bool) -> bool:
-        """At most one decode; returns True when idle until the next commit.
+    def _step(self, work: list[tuple[Track, int, list[int], bool]]) -> None:
+        """One pass for every generation with work: each one's catch-up or next guess.
 
-        The draft is published whenever it grew or the committed tokens moved (a new
+        A draft is published whenever it grew or the committed tokens moved (a new
         generation may find its whole draft already in the mirror, e.g. a repeated prompt).
         """
-        mirror = self.mirror
-        n = len(committed)
-        grew = mirror.follow(committed)
-        if (
-            not grew
-            and mirror.ahead(n) < self.max_ahead
-            and len(mirror.model.tokens) + 1 < mirror.model.n_ctx
-        ):
-            mirror.extend()
-            grew = True
-        if grew or changed:
-            self.publish(Draft(n, mirror.draft(n)[: self.max_ahead]))
-        return not grew
+        planned = [(t, t.mirror.plan(committed, self.max_ahead)) for t, _, committed, _ in work]
+        batch = [(t.seq, tokens) for t, tokens in planned if 0 < len(tokens) <= BATCHED]
+        if len(batch) > 1:
+            rows = iter(self.model.decode_batch(batch))
+            for t, tokens in planned:
+                if 0 < len(tokens) <= BATCHED:
+                    t.mirror.took(next(rows)[-1])
+        for t, tokens in planned:  # alone: a long catch-up (logits for its last token only)
+            if len(tokens) > BATCHED or (tokens and len(batch) == 1):
+                t.mirror.took(t.mirror.model.decode(tokens, all_logits=False)[-1])
+        for (t, key, committed, changed), (_, tokens) in zip(work, planned, strict=True):
+            t.idle = not tokens
+            if tokens or changed:
+                n = len(committed)
+                self.publish(key, Draft(n, t.mirror.draft(n)[: self.max_ahead]))

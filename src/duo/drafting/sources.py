@@ -1,4 +1,7 @@
-"""Model drafters in this process (classic and concurrent), and several sources as one."""
+"""Model drafters in this process (classic and concurrent), and several sources as one.
+
+A model drafter serves every slot of the lead: `source(slot)` is a generation's
+DraftSource, drafting in the draft model's sequence of that slot."""
 
 from __future__ import annotations
 
@@ -13,18 +16,29 @@ MODEL = "model"  # the source name of a draft model in this process
 
 
 class SyncDrafts:
-    """Classic speculative decoding: the lead waits while the drafter guesses k tokens."""
+    """Classic speculative decoding: the lead waits while the drafter guesses k tokens (in
+    the draft model's sequence of the generation's slot)."""
 
-    def __init__(self, model: Model) -> None:
-        self.mirror = Mirror(model)
+    def __init__(self, model: Model, slots: int = 1) -> None:
+        self.mirrors = [Mirror(model if slots == 1 else model.sequence(s)) for s in range(slots)]
+
+    def source(self, slot: int) -> SyncSlot:
+        return SyncSlot(self.mirrors[slot])
+
+    def close(self) -> None:
+        pass
+
+
+class SyncSlot:
+    def __init__(self, mirror: Mirror) -> None:
+        self.mirror = mirror
 
     def begin(self, prompt: Sequence[int]) -> None:
         pass
 
     def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
-        self.mirror.follow(committed)
-        while self.mirror.ahead(len(committed)) < limit:
-            self.mirror.extend()
+        while self.mirror.step(committed, limit):
+            pass
         return [Proposal(MODEL, self.mirror.draft(len(committed))[:limit])]
 
     def commit(self, start: int, tokens: Sequence[int]) -> None:
@@ -38,36 +52,51 @@ class SyncDrafts:
 
 
 class ThreadDrafts:
-    """A drafter on its own thread (and core): the lead takes whatever draft is ready."""
+    """A drafter on its own thread (and core), drafting for every slot at once (a sequence
+    of the draft model each): the lead takes whatever draft is ready."""
 
-    def __init__(self, model: Model, *, max_ahead: int, cores: set[int] | None = None) -> None:
+    def __init__(
+        self, model: Model, *, max_ahead: int, cores: set[int] | None = None, slots: int = 1
+    ) -> None:
         self.n_vocab = model.n_vocab
-        self._latest: Draft | None = None  # replaced whole by the worker: no lock needed
-        self.worker = DraftWorker(Mirror(model), self._publish, max_ahead=max_ahead, cores=cores)
+        self.latest: dict[int, Draft] = {}  # by slot, replaced whole by the worker
+        self.worker = DraftWorker(
+            model, self._publish, sequences=slots, max_ahead=max_ahead, cores=cores
+        )
         self.worker.start()
 
-    def _publish(self, draft: Draft) -> None:
-        self._latest = draft
+    def _publish(self, slot: int, draft: Draft) -> None:
+        self.latest[slot] = draft
 
-    def begin(self, prompt: Sequence[int]) -> None:
-        self._latest = None
-        self.worker.begin(prompt)
-
-    def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
-        tokens = usable(committed, self._latest, limit, self.n_vocab)
-        return [Proposal(MODEL, tuple(tokens))] if tokens else []
-
-    def commit(self, start: int, tokens: Sequence[int]) -> None:
-        self.worker.commit(start, tokens)
-
-    def end(self) -> None:
-        self.worker.end()
-
-    def rest(self, resting: frozenset[str]) -> None:
-        self.worker.rest(MODEL in resting)
+    def source(self, slot: int) -> ThreadSlot:
+        return ThreadSlot(self, slot)
 
     def close(self) -> None:
         self.worker.stop()
+
+
+class ThreadSlot:
+    def __init__(self, drafts: ThreadDrafts, slot: int) -> None:
+        self.drafts = drafts
+        self.slot = slot
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.drafts.latest.pop(self.slot, None)
+        self.drafts.worker.begin(self.slot, prompt)
+
+    def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
+        latest = self.drafts.latest.get(self.slot)
+        tokens = usable(committed, latest, limit, self.drafts.n_vocab)
+        return [Proposal(MODEL, tuple(tokens))] if tokens else []
+
+    def commit(self, start: int, tokens: Sequence[int]) -> None:
+        self.drafts.worker.commit(self.slot, start, tokens)
+
+    def end(self) -> None:
+        self.drafts.worker.end(self.slot)
+
+    def rest(self, resting: frozenset[str]) -> None:
+        self.drafts.worker.rest(self.slot, MODEL in resting)
 
 
 class Sources:
@@ -94,51 +123,3 @@ class Sources:
     def rest(self, resting: frozenset[str]) -> None:
         for s in self.sources:
             s.rest(resting)
-
-
-class Shared:
-    """A draft source that follows one sequence at a time (a draft model mirrors one
-    sequence; a back drafts for one session), shared by generations that run at once: it
-    is lent to one of them, and the first to ask once it is free takes it over."""
-
-    def __init__(self, source: DraftSource) -> None:
-        self.source = source
-        self.holder: Lent | None = None
-
-    def lend(self) -> Lent:
-        """A generation's handle on the source: a DraftSource that proposes while held."""
-        return Lent(self)
-
-
-class Lent:
-    def __init__(self, shared: Shared) -> None:
-        self.shared = shared
-
-    @property
-    def held(self) -> bool:
-        return self.shared.holder is self
-
-    def begin(self, prompt: Sequence[int]) -> None:
-        if self.shared.holder is None:
-            self.shared.holder = self
-            self.shared.source.begin(prompt)
-
-    def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
-        if self.shared.holder is None:  # free again: take it over, from here on
-            self.shared.holder = self
-            self.shared.source.begin(committed)
-            return []
-        return self.shared.source.propose(committed, limit) if self.held else []
-
-    def commit(self, start: int, tokens: Sequence[int]) -> None:
-        if self.held:
-            self.shared.source.commit(start, tokens)
-
-    def end(self) -> None:
-        if self.held:
-            self.shared.source.end()
-            self.shared.holder = None
-
-    def rest(self, resting: frozenset[str]) -> None:
-        if self.held:
-            self.shared.source.rest(resting)

@@ -16,10 +16,10 @@ in sync mode the longest. The target mode uses none.
 
 Slots: the main model holds `slots` sequences, so a lead can decode several generations
 in one pass (duo.core.engine.step). Each generation gets draft sources of its own: its
-own n-gram index, a view of the suffix cache every generation shares, and a turn with
-the model drafters (the local one and the backs follow one sequence at a time: they serve
-one generation and pass to the next when it ends). Each slot has its own policy; all
-share the measured cost of a pass.
+own n-gram index, a view of the suffix cache every generation shares, and its share of
+the model drafters, which draft for every running generation at once (the local one in
+a sequence of the draft model per slot, a back in one per session). Each slot has its own
+policy; all share the measured cost of a pass.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from duo.core.choice import Chooser, Longest, PerSource
-from duo.core.engine import DraftSource, Generation, NoDrafts, Round, run
+from duo.core.engine import DraftPool, DraftSource, Generation, NoDrafts, Round, run
 from duo.core.logprobs import TokenLogprob
 from duo.core.policy import CostModel, StreakAcceptance, calibrate
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.drafting.lookup import NGRAM, SUFFIX, NgramDrafts, SuffixDrafts, SuffixMemory
-from duo.drafting.sources import Shared, Sources, SyncDrafts, ThreadDrafts
+from duo.drafting.sources import Sources, SyncDrafts, ThreadDrafts
 from duo.errors import IncompatibleModels, UsageError
 from duo.llama.backend import Model
 from duo.llama.grammar import Grammar
@@ -58,7 +58,7 @@ class Session:
         self,
         models: ModelConfig,
         spec: SpecConfig,
-        remote: DraftSource | None = None,
+        remote: DraftPool | None = None,
         slots: int = 1,
     ) -> None:
         types = spec.spec_types if spec.mode != "target" else frozenset()
@@ -89,24 +89,25 @@ class Session:
                     n_ctx=self.main.n_ctx,
                     n_threads=models.draft_threads,
                     n_gpu_layers=models.n_gpu_layers_draft,
+                    n_seq=slots,
                 )
                 check_compatible(self.main, self.draft)
-                self.local = _local_drafter(self.draft, spec)
+                self.local = _local_drafter(self.draft, spec, slots)
         except BaseException:
             self.close()
             raise
         remote = remote if spec.mode != "target" else None
-        self.shared = [Shared(s) for s in (self.local, remote) if s is not None]
+        self.pools: list[DraftPool] = [s for s in (self.local, remote) if s is not None]
 
-    def drafts(self) -> DraftSource:
-        """The draft sources of one generation: its own n-gram index, the shared suffix
-        cache, and its turn with the model drafters."""
+    def drafts(self, slot: int = 0) -> DraftSource:
+        """The draft sources of one generation in `slot`: its own n-gram index, the shared
+        suffix cache, and the model drafters' drafts for it."""
         sources: list[DraftSource] = []
         if "ngram" in self.types:
             sources.append(NgramDrafts(2, self.spec.ngram_max))
         if self.suffix is not None:
             sources.append(SuffixDrafts(self.suffix))
-        sources.extend(shared.lend() for shared in self.shared)
+        sources.extend(pool.source(slot) for pool in self.pools)
         return NoDrafts() if not sources else sources[0] if len(sources) == 1 else Sources(sources)
 
     def generation(
@@ -127,7 +128,7 @@ class Session:
             self.main.sequence(slot),
             prompt,
             max_tokens=max_tokens,
-            drafts=self.drafts(),
+            drafts=self.drafts(slot),
             draft_max=self.spec.draft_max,
             sampler=sampling.sampler(grammar, record),
             policy=self.policy(slot),
@@ -195,7 +196,7 @@ class Session:
             self.suffix.forget()
 
     def close(self) -> None:
-        if isinstance(self.local, ThreadDrafts):
+        if self.local is not None:
             self.local.close()
         for model in (self.draft, self.main):
             if model is not None:
@@ -208,11 +209,11 @@ class Session:
         self.close()
 
 
-def _local_drafter(draft: Model, spec: SpecConfig) -> SyncDrafts | ThreadDrafts:
+def _local_drafter(draft: Model, spec: SpecConfig, slots: int) -> SyncDrafts | ThreadDrafts:
     if spec.mode == "sync":
-        return SyncDrafts(draft)
+        return SyncDrafts(draft, slots)
     cores = set(spec.draft_cores) if spec.draft_cores else None
-    return ThreadDrafts(draft, max_ahead=spec.max_ahead, cores=cores)
+    return ThreadDrafts(draft, max_ahead=spec.max_ahead, cores=cores, slots=slots)
 
 
 @contextmanager
