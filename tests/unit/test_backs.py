@@ -1,9 +1,16 @@
-"""The backs as the lead's engine sees them: a session per generation, drafts per session."""
+"""Backs and their sessions: a session per generation of the lead, drafts per session,
+on the lead's side and on the back's."""
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from duo.channel import protocol as p
+from duo.channel.back import Back, BackConfig
 from duo.channel.backs import Backs, Remote
+from duo.core.draft import Draft
+from duo.llama.backend import Model
+from tests.unit.fakes import FakeBatchModel, FakeModel, table_model
 
 
 def connect(backs: Backs, name: str) -> list[p.Message]:
@@ -38,3 +45,35 @@ def test_every_running_generation_is_a_session_of_its_own() -> None:
     backs.receive(remote, b.session, 3, (5,))  # for a session that is over: ignored
     assert b.session not in remote.drafts
     assert early[-1] == p.End(b.session) and late[-1] == p.End(b.session)
+
+
+class Outbox:
+    def __init__(self) -> None:
+        self.frames: list[p.Message] = []
+
+    def put_nowait(self, data: bytes) -> None:
+        self.frames.append(p.decode(data, 2))
+
+
+def test_a_back_frames_each_sessions_draft_apart() -> None:
+    """APPEND continues the last DRAFT's session only; a session that is over sends
+    nothing more."""
+    model = FakeBatchModel([FakeModel(table_model(3)) for _ in range(2)])
+    back = Back(cast(Model, model), BackConfig(parallel=2))
+    outbox = back._outbox = cast(Any, Outbox())
+    back._width = 2
+    back._on_frame(p.Begin(1, (1, 2, 3)))
+    back._on_frame(p.Begin(2, (4, 5)))
+    back._send_draft(1, Draft(3, (5, 6)))
+    back._send_draft(1, Draft(3, (5, 6, 7)))
+    back._send_draft(2, Draft(2, (9,)))
+    back._send_draft(1, Draft(3, (5, 6, 7, 8)))
+    back._send_draft(1, Draft(4, (6, 7, 8)))  # nothing new
+    back._on_frame(p.End(1))
+    back._send_draft(1, Draft(3, (5, 6, 7, 8, 9)))  # published after the end
+    assert outbox.frames == [
+        p.DraftMsg(1, 3, (5, 6)),
+        p.Append((7,)),
+        p.DraftMsg(2, 2, (9,)),
+        p.DraftMsg(1, 6, (8,)),
+    ]

@@ -68,7 +68,8 @@ class Back:
         self.name = config.name or f"{socket.gethostname()}:{os.getpid()}"
         self._outbox: asyncio.Queue[bytes] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._sent: dict[int, Draft] = {}  # by session: what the lead knows of its draft
+        # The running sessions: what the lead knows of each one's draft.
+        self._sent: dict[int, Draft | None] = {}
         self._last = -1  # the session of the last draft frame sent (APPEND continues it)
         self._width = 4
         self.worker = DraftWorker(
@@ -158,7 +159,7 @@ class Back:
     def _on_frame(self, msg: p.Message) -> None:
         match msg:
             case p.Begin(session, tokens):
-                self._sent.pop(session, None)
+                self._sent[session] = None
                 self.worker.begin(session, tokens)
             case p.Commit(session, start, tokens):
                 self.worker.commit(session, start, tokens)  # ignored for unknown sessions
@@ -175,9 +176,9 @@ class Back:
 
     def _send_draft(self, session: int, draft: Draft) -> None:
         """On the event loop: queue what the lead does not know of this draft yet."""
-        if self._outbox is None:
+        if self._outbox is None or session not in self._sent:  # over, or from a past connection
             return
-        sent = self._sent.get(session)
+        sent = self._sent[session]
         new = delta(sent, draft)
         if new is None:
             return

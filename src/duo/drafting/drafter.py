@@ -1,10 +1,11 @@
 """The drafter: a draft model that mirrors the lead's committed tokens and guesses ahead.
 
-`Mirror` is the drafter's state machine (no threads, no I/O): it follows the committed
-tokens, rolling its KV cache back to the first disagreement, and extends its guess one
-token at a time. `DraftWorker` runs a mirror on its own thread (its own core or device),
-drafting continuously up to `max_ahead` tokens past the committed ones and publishing
-each new draft. The in-process async mode and `duo back` both use it.
+`Mirror` is the drafter's state machine for one sequence of the draft model (no threads,
+no I/O): it follows the committed tokens, rolling its KV cache back to the first
+disagreement, and extends its guess one token at a time. `DraftWorker` runs mirrors on
+its own thread (its own core or device), one per generation it drafts for, drafting
+continuously up to `max_ahead` tokens past the committed ones and publishing each new
+draft. The in-process async mode and `duo back` both use it.
 """
 
 from __future__ import annotations
