@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -108,12 +109,21 @@ def test_a_cancelled_request_leaves_the_others_alone(cluster: Cluster) -> None:
     assert ask(url, prompts[0], greedy) == expected[0]
 
 
-def test_a_back_drafts_for_every_running_request(cluster: Cluster) -> None:
-    """A lead with three slots and a back as its only drafter: three requests decoded
-    together each verify and accept the back's drafts (--policy fixed: verified whenever
-    there are any, whatever their worth in a batch of three)."""
-    _, url = cluster.lead("--parallel", "3", "--spec-type", "model", "--policy", "fixed", "--quiet")
-    cluster.back(url, "--parallel", "3")
+@pytest.mark.parametrize("drafter", ["back", "-md"])
+def test_a_model_drafter_drafts_for_every_running_request(
+    cluster: Cluster, pair: tuple[Path, Path], drafter: str
+) -> None:
+    """A lead with three slots and a model drafter as its only draft source (a back, or
+    the draft model in process): three requests decoded together each verify and accept
+    its drafts (--policy fixed: verified whenever there are any, whatever their worth in
+    a batch of three). The main model and the drafter each have a core of their own."""
+    args = ["--parallel", "3", "--spec-type", "model", "--policy", "fixed", "--quiet"]
+    args += ["-t", "1", "--pin", "0:1"]
+    if drafter == "-md":
+        args += ["-m", str(pair[0]), "-md", str(pair[1])]
+    _, url = cluster.lead(*args)
+    if drafter == "back":
+        cluster.back(url, "--parallel", "3", "--pin", "1")
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=300)
     prompts = ["1, 2, 3, 4, 5, 6,", "10, 20, 30, 40,", "Monday, Tuesday, Wednesday,"]
 
@@ -132,6 +142,6 @@ def test_a_back_drafts_for_every_running_request(cluster: Cluster) -> None:
         watcher.join()
     assert max(h["slots_busy"] for h in seen) == 3  # decoded together
     for t in results:
-        [(name, by_back)] = t["draft_sources"].items()
-        assert name.startswith("back:")
-        assert by_back["draft_n_accepted"] > 0, t
+        [(name, by_source)] = t["draft_sources"].items()
+        assert name.startswith("back:") if drafter == "back" else name == "model"
+        assert by_source["draft_n_accepted"] > 0, t
