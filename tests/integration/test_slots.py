@@ -114,9 +114,11 @@ def test_a_model_drafter_drafts_for_every_running_request(
     cluster: Cluster, pair: tuple[Path, Path], drafter: str
 ) -> None:
     """A lead with three slots and a model drafter as its only draft source (a back, or
-    the draft model in process): three requests decoded together each verify and accept
-    its drafts (--policy fixed: verified whenever there are any, whatever their worth in
-    a batch of three). The main model and the drafter each have a core of their own."""
+    the draft model in process): three requests decoded together each verify its drafts
+    (--policy fixed: verified whenever there are any, whatever their worth in a batch of
+    three), and they accept some. The main model and the drafter each have a core of
+    their own. (How many a request accepts depends on its text, which batches of other
+    requests may change at a near-tie: a short one may accept none.)"""
     args = ["--parallel", "3", "--spec-type", "model", "--policy", "fixed", "--quiet"]
     args += ["-t", "1", "--pin", "0:1"]
     if drafter == "-md":
@@ -141,7 +143,10 @@ def test_a_model_drafter_drafts_for_every_running_request(
         stop.set()
         watcher.join()
     assert max(h["slots_busy"] for h in seen) == 3  # decoded together
+    accepted = 0
     for t in results:
         [(name, by_source)] = t["draft_sources"].items()
         assert name.startswith("back:") if drafter == "back" else name == "model"
-        assert by_source["draft_n_accepted"] > 0, t
+        assert by_source["draft_n"] > 0, t
+        accepted += by_source["draft_n_accepted"]
+    assert accepted > 0
