@@ -66,9 +66,6 @@ class Backs:
         """A generation's DraftSource: a session of its own with every back."""
         return BackSession(self)
 
-    def close(self) -> None:
-        pass  # the transport closes the connections
-
     # -- a session's DraftSource calls: on the engine thread ------------------------------
 
     def _begin(self, prompt: Sequence[int]) -> int:

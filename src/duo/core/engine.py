@@ -74,8 +74,6 @@ class DraftPool(Protocol):
         """The DraftSource of one generation, running in `slot` of the main model."""
         ...
 
-    def close(self) -> None: ...
-
 
 class NoDrafts:
     """The main model alone: every round decodes one token."""

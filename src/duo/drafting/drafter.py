@@ -77,11 +77,15 @@ class Mirror:
         """The planned tokens were evaluated: sample the next guess from their last row."""
         self.pending = self.sampler.sample(logits, self.model.tokens)
 
+    def evaluate(self, tokens: Sequence[int]) -> None:
+        """Evaluate planned tokens in a pass of their own (logits for the last only)."""
+        self.took(self.model.decode(tokens, all_logits=False)[-1])
+
     def step(self, committed: Sequence[int], max_ahead: int) -> bool:
         """Evaluate what `plan` asks for, alone; return whether there was anything."""
         tokens = self.plan(committed, max_ahead)
         if tokens:
-            self.took(self.model.decode(tokens, all_logits=False)[-1])
+            self.evaluate(tokens)
         return bool(tokens)
 
 
@@ -232,15 +236,16 @@ class DraftWorker:
         generation may find its whole draft already in the mirror, e.g. a repeated prompt).
         """
         planned = [(t, t.mirror.plan(committed, self.max_ahead)) for t, _, committed, _ in work]
-        batch = [(t.seq, tokens) for t, tokens in planned if 0 < len(tokens) <= BATCHED]
-        if len(batch) > 1:
-            rows = iter(self.model.decode_batch(batch))
-            for t, tokens in planned:
-                if 0 < len(tokens) <= BATCHED:
-                    t.mirror.took(next(rows)[-1])
-        for t, tokens in planned:  # alone: a long catch-up (logits for its last token only)
-            if len(tokens) > BATCHED or (tokens and len(batch) == 1):
-                t.mirror.took(t.mirror.model.decode(tokens, all_logits=False)[-1])
+        together = [(t, tokens) for t, tokens in planned if 0 < len(tokens) <= BATCHED]
+        alone = [(t, tokens) for t, tokens in planned if len(tokens) > BATCHED]
+        if len(together) > 1:
+            rows = self.model.decode_batch([(t.seq, tokens) for t, tokens in together])
+            for (t, _), logits in zip(together, rows, strict=True):
+                t.mirror.took(logits[-1])
+        else:
+            alone += together
+        for t, tokens in alone:
+            t.mirror.evaluate(tokens)
         for (t, key, committed, changed), (_, tokens) in zip(work, planned, strict=True):
             t.idle = not tokens
             if tokens or changed:

@@ -214,9 +214,11 @@ class Model:
         for each part, the row of its first logits in llama.cpp's buffer. A deterministic
         model lays the batch out with padding tokens and extra rows (duo.llama.ubatch),
         whose KV cells are removed after the pass."""
-        wanted = [list(flags) for _, _, flags in parts]
-        if self.deterministic:
-            wanted = layout([(seq, flags) for seq, _, flags in parts], self._n_ubatch)
+        wanted: Sequence[Sequence[bool]] = (
+            layout([(seq, flags) for seq, _, flags in parts], self._n_ubatch)
+            if self.deterministic
+            else [flags for _, _, flags in parts]
+        )
         batch, i, row, first = self._batch, 0, 0, []
         for (seq, tokens, asked), flags in zip(parts, wanted, strict=True):
             known = len(self.seqs[seq])
