@@ -198,21 +198,21 @@ def test_no_token_stands_for_more_bytes_than_the_bound(pair: tuple[Path, Path]) 
     """The early size check's premise, on the real tokenizer: a prompt of L bytes has at
     least L / longest tokens, even where the text is as dense as it can be."""
     with Model(pair[0], n_ctx=64) as model:
-        longest = model.longest_token_bytes()
+        longest = model.vocab.longest_token_bytes()
         assert longest is not None  # SmolLM2: byte-level BPE, no stripping special tokens
-        pieces = sorted(range(model.n_vocab), key=lambda t: -len(model.piece(t)))[:50]
+        pieces = sorted(range(model.n_vocab), key=lambda t: -len(model.vocab.piece(t)))[:50]
         texts = [
             " " * 10_000,
             "\n" * 10_000,
             "-" * 10_000,
-            "".join(model.piece(t).decode("utf-8", "replace") for t in pieces) * 20,
+            "".join(model.vocab.piece(t).decode("utf-8", "replace") for t in pieces) * 20,
             "<|im_start|>" * 1000 + "<|endoftext|>" * 1000,  # special tokens, parsed
             "".join(chr(c) for c in range(0x20, 0x3000)),
             "\U0001f600" * 2000,
         ]
         for text in texts:
             n_bytes = len(text.encode())
-            n_tokens = len(model.tokenize(text, add_special=False))
+            n_tokens = len(model.vocab.tokenize(text, add_special=False))
             assert n_tokens * longest >= n_bytes, (text[:40], n_tokens, n_bytes, longest)
 
 
@@ -232,13 +232,13 @@ def test_prompts_are_rendered_and_tokenized_off_the_event_loop(pair: tuple[Path,
     try:
         threads: dict[str, set[int]] = {"render_chat": set(), "tokenize": set()}
         for name, seen in threads.items():
-            real = getattr(lead.session.main, name)
+            real = getattr(lead.session.main.vocab, name)
 
             def spy(*args: Any, _real: Any = real, _seen: set[int] = seen, **kw: Any) -> Any:
                 _seen.add(threading.get_ident())
                 return _real(*args, **kw)
 
-            setattr(lead.session.main, name, spy)
+            setattr(lead.session.main.vocab, name, spy)
 
         async def requests() -> tuple[int, list[httpx.Response]]:
             transport = httpx.ASGITransport(app=service.app)

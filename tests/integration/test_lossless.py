@@ -74,11 +74,11 @@ def run(
     session: Session, kind: str, text: str, sampling: SamplingParams = GREEDY
 ) -> tuple[list[int], list[int], Stats]:
     if kind == "chat":
-        prompt = session.main.tokenize(
-            session.main.render_chat([{"role": "user", "content": text}]), add_special=False
+        prompt = session.main.vocab.tokenize(
+            session.main.vocab.render_chat([{"role": "user", "content": text}]), add_special=False
         )
     else:
-        prompt = session.main.tokenize(text)
+        prompt = session.main.vocab.tokenize(text)
     out: list[int] = []
     stats = session.run(prompt, N, lambda r: out.extend(r.tokens), sampling)
     return prompt, out, stats

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 def test_every_sequence_has_room_for_its_whole_context(pair: tuple[Path, Path]) -> None:
     with Model(pair[0], n_ctx=256, n_seq=3) as model:
         assert model.n_ctx == 256
-        filler = model.tokenize("The quick brown fox jumps over the lazy dog. " * 40)
+        filler = model.vocab.tokenize("The quick brown fox jumps over the lazy dog. " * 40)
         # Fill the sequences a piece at a time, interleaved, so their cells mix in the
         # shared buffer; every one still takes its whole context.
         for start in range(0, 256, 64):
@@ -39,7 +39,7 @@ def test_a_mixed_batch_predicts_what_each_sequence_predicts_alone(
     piece of prompt in another) get the same predictions as each decoded by itself."""
     texts = ["Paris is the capital of", "One, two, three, four,", "def add(a, b):\n    return"]
     with Model(pair[0], n_ctx=256) as alone, Model(pair[0], n_ctx=256, n_seq=3) as shared:
-        prompts = [alone.tokenize(t) for t in texts]
+        prompts = [alone.vocab.tokenize(t) for t in texts]
         expected = []
         for prompt in prompts:
             alone.truncate(0)
@@ -56,7 +56,7 @@ def test_deterministic_logits_do_not_depend_on_the_rest_of_the_pass(
     too), other sequences' parts before and after it, one-token rounds."""
     text = "Rewrite this list as JSON: apples 3, pears 5, plums 7, and figs 11."
     with Model(pair[0], n_ctx=256, deterministic=True) as alone:
-        tokens = alone.tokenize(text)
+        tokens = alone.vocab.tokenize(text)
         last = alone.decode(tokens[:-5], all_logits=False)[-1].copy()
         alone.truncate(len(tokens) - 6)
         assert np.array_equal(alone.decode(tokens[-6:-5])[-1], last)  # the row asked for

@@ -128,7 +128,7 @@ def refs(shared: tuple[Proc, str]) -> Refs:
 def identity(pair: tuple[Path, Path]) -> tuple[int, str]:
     """(n_vocab, fingerprint) of the main model, as a back announces them in HELLO."""
     with Model(pair[0], n_ctx=64) as model:
-        return model.n_vocab, model.fingerprint
+        return model.n_vocab, model.vocab.fingerprint
 
 
 # -- helpers --------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ def leads(
 
 
 @pytest.fixture(scope="module")
-def vocab(pair: tuple[Path, Path]) -> Iterator[Model]:
+def model(pair: tuple[Path, Path]) -> Iterator[Model]:
     with Model(pair[0], n_ctx=64) as model:
         yield model
 
@@ -168,7 +168,7 @@ def test_a_stop_string_takes_its_tokens_out_of_the_logprobs(
 
 
 def test_logit_bias_steers_the_main_model_with_drafts_verified_against_it(
-    leads: tuple[openai.OpenAI, openai.OpenAI], vocab: Model
+    leads: tuple[openai.OpenAI, openai.OpenAI], model: Model
 ) -> None:
     spec, alone = leads
 
@@ -178,12 +178,12 @@ def test_logit_bias_steers_the_main_model_with_drafts_verified_against_it(
 
     plain, _ = complete(spec)
     assert plain.startswith(" e,")
-    (e,) = vocab.tokenize(" e", add_special=False)
+    (e,) = model.vocab.tokenize(" e", add_special=False)
     banned = {str(e): -100}
     text, accepted = complete(spec, logit_bias=banned)
     assert not text.startswith(" e") and accepted > 0
     assert text == complete(alone, logit_bias=banned)[0]
-    (x,) = vocab.tokenize(" x", add_special=False)
+    (x,) = model.vocab.tokenize(" x", add_special=False)
     favoured = {str(x): 30}
     text, _ = complete(spec, logit_bias=favoured)
     assert text.startswith(" x") and text == complete(alone, logit_bias=favoured)[0]
@@ -339,15 +339,16 @@ HUGE = {"type": "string", "maxLength": 100_000_000}  # 800 MB of grammar, spelle
 BOUNDED = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 9}}}
 
 
-def test_grammars_too_deep_for_llama_cpp_are_refused_before_it_parses_them(vocab: Model) -> None:
+def test_grammars_too_deep_for_llama_cpp_are_refused_before_it_parses_them(model: Model) -> None:
     deep = "root ::= " + '("a" ' * 20000 + ")?" * 20000  # overflows llama.cpp's parser
     with pytest.raises(UsageError):
-        Grammar(vocab, deep)
+        Grammar(model, deep)
     with pytest.raises(UsageError):
-        Grammar(vocab, "root ::= undefined-rule")
-    grammar = Grammar(vocab, JSON_OBJECT)
-    (brace,) = vocab.tokenize("{", add_special=False)
-    assert grammar.allows(brace) and not grammar.allows(vocab.tokenize("x", add_special=False)[0])
+        Grammar(model, "root ::= undefined-rule")
+    grammar = Grammar(model, JSON_OBJECT)
+    (brace,) = model.vocab.tokenize("{", add_special=False)
+    (x,) = model.vocab.tokenize("x", add_special=False)
+    assert grammar.allows(brace) and not grammar.allows(x)
     grammar.close()
 
 

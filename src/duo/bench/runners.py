@@ -39,13 +39,13 @@ class Prompt:
 def prompt_text(model: Model, p: Prompt) -> str:
     """The text the model reads: a chat prompt through the model's own chat template."""
     if p.kind == "chat":
-        return model.render_chat([{"role": "user", "content": p.text}])
+        return model.vocab.render_chat([{"role": "user", "content": p.text}])
     return p.text
 
 
 def prompt_tokens(model: Model, p: Prompt) -> list[int]:
     """The prompt's tokens (the chat template brings its own special tokens)."""
-    return model.tokenize(prompt_text(model, p), add_special=p.kind != "chat")
+    return model.vocab.tokenize(prompt_text(model, p), add_special=p.kind != "chat")
 
 
 class Runner:

@@ -134,7 +134,7 @@ class Back:
         except InvalidURI as e:
             raise UsageError(f"bad lead URL: {e}") from None
         async with ws:
-            hello = p.Hello(p.VERSION, self.model.n_vocab, self.model.fingerprint, self.name)
+            hello = p.Hello(p.VERSION, self.model.n_vocab, self.model.vocab.fingerprint, self.name)
             await ws.send(p.encode(hello))
             reply = p.decode(await asyncio.wait_for(ws.recv(), 10))
             if isinstance(reply, p.Refuse):

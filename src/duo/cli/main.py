@@ -47,7 +47,7 @@ DEMO_PROMPT = "Explain the difference between concurrency and parallelism in Pyt
 def prompt_tokens(session: Session, text: str, chat: bool) -> list[int]:
     if chat:
         return session.chat_tokens([{"role": "user", "content": text}])
-    return session.main.tokenize(text)
+    return session.main.vocab.tokenize(text)
 
 
 def show_generation(
@@ -60,7 +60,7 @@ def show_generation(
     stops: list[str] | None = None,
 ) -> Stats:
     """Generate, printing the text as it comes (accepted draft text in green)."""
-    text = TextStream(session.main.piece, stops or ())
+    text = TextStream(session.main.vocab.piece, stops or ())
     stats = Stats()
     for r in session.rounds(prompt, n_predict, stats, sampling):
         chunk = text.feed(r)

@@ -220,7 +220,7 @@ class Grammar:
         if nesting(gbnf) > MAX_NESTING:
             raise UsageError(f"the grammar nests groups more than {MAX_NESTING} deep")
         self._sampler = lib.llama_sampler_init_grammar(
-            model._vocab, gbnf.encode("utf-8"), root.encode("utf-8")
+            model.vocab.handle, gbnf.encode("utf-8"), root.encode("utf-8")
         )
         if not self._sampler:
             raise UsageError("the grammar does not parse (llama.cpp's GBNF)")

@@ -39,7 +39,7 @@ def build_lead(config: LeadConfig) -> LeadService:
         drafters = DrafterEndpoint(
             backs,
             n_vocab=main.n_vocab,
-            fingerprint=main.fingerprint,
+            fingerprint=main.vocab.fingerprint,
             refusal=keys.drafter_refusal,
             mail=mail,
         )

@@ -89,7 +89,7 @@ class Extensions:
         model = self.api.lead.session.main
         out: list[str | list[int]] = []
         for token in tokens:
-            piece = model.special_piece(token)
+            piece = model.vocab.special_piece(token)
             try:
                 out.append(piece.decode("utf-8"))
             except UnicodeDecodeError:  # part of a character: its bytes, as llama-server
@@ -105,7 +105,7 @@ class Extensions:
         model = self.api.lead.session.main
 
         def text() -> str:
-            return b"".join(model.special_piece(t) for t in ids).decode("utf-8", "replace")
+            return b"".join(model.vocab.special_piece(t) for t in ids).decode("utf-8", "replace")
 
         return JSONResponse({"content": await asyncio.to_thread(text)})
 
@@ -127,7 +127,7 @@ class Extensions:
         lead = self.api.lead
         main = lead.session.main
         spec = lead.session.spec
-        bos, eos = main.special_tokens()
+        bos, eos = main.vocab.special_tokens()
         caps = await self.api.template_caps()
         return JSONResponse(
             {
@@ -139,7 +139,7 @@ class Extensions:
                 "model_alias": lead.info.name,
                 "model_path": str(main.path),
                 "modalities": {"vision": False, "audio": False},
-                "chat_template": main.chat_template() or "",
+                "chat_template": main.vocab.chat_template() or "",
                 "chat_template_caps": caps.as_json(),
                 "bos_token": bos,
                 "eos_token": eos,

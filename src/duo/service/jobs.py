@@ -219,7 +219,7 @@ class Engine:
         except Exception as e:
             self._fail(ticket, e)
             return
-        piece = self.session.main.piece
+        piece = self.session.main.vocab.piece
         running = Running(
             ticket, slot, gen, TextStream(piece, job.stops), record, LogprobQueue(piece)
         )

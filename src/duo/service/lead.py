@@ -105,19 +105,19 @@ class Lead:
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
     ) -> str:
         """The prompt text of a chat, through the main model's own chat template."""
-        return self.session.main.render_chat(messages, tools)
+        return self.session.main.vocab.render_chat(messages, tools)
 
     def tokenize(
         self, text: str, *, add_special: bool = True, parse_special: bool = True
     ) -> list[int]:
         """Safe on any thread: llama_tokenize only reads the vocabulary."""
-        return self.session.main.tokenize(
+        return self.session.main.vocab.tokenize(
             text, add_special=add_special, parse_special=parse_special
         )
 
     def piece(self, token: int) -> bytes:
         """The bytes a token stands for."""
-        return self.session.main.piece(token)
+        return self.session.main.vocab.piece(token)
 
     def check_grammar(self, gbnf: str) -> None:
         """Raise UsageError if llama.cpp cannot parse the grammar (safe on any thread: it
@@ -125,7 +125,7 @@ class Lead:
         Grammar(self.session.main, gbnf).close()
 
     def longest_token_bytes(self) -> int | None:
-        return self.session.main.longest_token_bytes()
+        return self.session.main.vocab.longest_token_bytes()
 
     def check_fits(self, prompt: list[int]) -> None:
         if not prompt:

@@ -43,11 +43,12 @@ from duo.service.config import ModelConfig, SpecConfig
 
 
 def check_compatible(main: Model, draft: Model) -> None:
-    if main.fingerprint != draft.fingerprint:
+    if main.vocab.fingerprint != draft.vocab.fingerprint:
         raise IncompatibleModels(
             f"the draft model {draft.path.name} has another vocabulary than the main model "
             f"{main.path.name} (n_vocab {draft.n_vocab} vs {main.n_vocab}, fingerprint "
-            f"{draft.fingerprint} vs {main.fingerprint}); their token IDs are not interchangeable"
+            f"{draft.vocab.fingerprint} vs {main.vocab.fingerprint}); their token IDs are not "
+            "interchangeable"
         )
 
 
@@ -75,7 +76,7 @@ class Session:
             n_seq=slots,
             deterministic=spec.deterministic,
         )
-        self.main.template = models.chat_template or self.main.template
+        self.main.vocab.template = models.chat_template or self.main.vocab.template
         self.draft: Model | None = None
         self.local: SyncDrafts | ThreadDrafts | None = None
         self.suffix = SuffixMemory() if "suffix" in types else None
@@ -167,7 +168,8 @@ class Session:
 
     def chat_tokens(self, messages: list[dict[str, str]]) -> list[int]:
         """The prompt of a chat, through the main model's own chat template."""
-        return self.main.tokenize(self.main.render_chat(messages), add_special=False)
+        vocab = self.main.vocab
+        return vocab.tokenize(vocab.render_chat(messages), add_special=False)
 
     def policy(self, slot: int = 0) -> Chooser:
         """Async verifies what is worth it, per source (the main model's costs measured on
