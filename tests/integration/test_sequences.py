@@ -79,6 +79,26 @@ def test_deterministic_logits_do_not_depend_on_the_rest_of_the_pass(
             assert all(np.array_equal(g, e) for g, e in zip(got, expected, strict=True))
 
 
+def test_the_end_of_a_prompt_and_the_first_round_in_one_pass(pair: tuple[Path, Path]) -> None:
+    """A sequence's last piece of prompt (no logits) and its first round (logits) in the
+    same pass, beside other sequences: with --deterministic, the first round's logits are
+    bit for bit those of the prompt read first and the round decoded after it."""
+    text = "Rewrite this list as JSON: apples 3, pears 5, plums 7, and figs 11."
+    with Model(pair[0], n_ctx=256, deterministic=True) as alone:
+        tokens = alone.vocab.tokenize(text)
+        alone.decode(tokens[:-3], all_logits=False)
+        expected = alone.decode(tokens[-3:]).copy()  # the last prompt token and a draft
+    rng = random.Random(3)
+    with Model(pair[0], n_ctx=256, n_seq=3, deterministic=True) as shared:
+        shared.decode_batch(_beside(shared, rng, [1, 2], tokens), [(0, tokens[:10])])
+        parts = sorted([(0, tokens[-3:]), *_beside(shared, rng, [1, 2], tokens)])
+        rows = shared.decode_batch(parts, [(0, tokens[10:-3])])
+        assert shared.seqs[0] == tokens
+        assert np.array_equal(rows[[s for s, _ in parts].index(0)], expected)
+        with pytest.raises(ValueError, match="one part and one piece"):
+            shared.decode_batch([(1, tokens[:1])], [(1, tokens[:2]), (1, tokens[:2])])
+
+
 def _beside(
     model: Model, rng: random.Random, seqs: list[int], tokens: list[int]
 ) -> list[tuple[int, list[int]]]:

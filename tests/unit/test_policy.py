@@ -39,6 +39,15 @@ def test_cost_model_room_keeps_a_pass_within_its_stretch() -> None:
     assert costs.room(8, 1.0, most=100) == 0
 
 
+def test_cost_model_room_against_a_larger_reference_pass() -> None:
+    costs = CostModel({1: 10.0, 4: 20.0, 8: 40.0})
+    # One request decodes while three read their prompts: a piece may stretch the pass to
+    # twice what a round of all four will cost (40, a pass of 8), not twice one token's.
+    assert costs.room(1, 2.0, most=100) == 3  # within 20 (a pass of 4)
+    assert costs.room(1, 2.0, most=100, reference=4) == 7  # within 40
+    assert costs.room(4, 2.0, most=100, reference=1) == 4  # never less than its own
+
+
 def test_a_pass_never_costs_less_than_a_smaller_one() -> None:
     # A noisy measurement (5 timed faster than 4) must not make 5 look cheaper.
     costs = CostModel({1: 1.0, 4: 3.0, 5: 2.8, 8: 4.0})

@@ -129,8 +129,8 @@ def test_seeded_sampling_is_per_generation() -> None:
 
 def test_a_prompt_fed_in_pieces_alongside_a_running_generation() -> None:
     """A new generation's prompt rides along, a few tokens a pass, with another's rounds:
-    both outputs are the main model's, and the newcomer's first round waits for its whole
-    prompt."""
+    both outputs are the main model's, and the newcomer's first round rides in the pass
+    that reads the end of its prompt."""
     table = table_model(5)
     seqs = [FakeModel(table) for _ in range(2)]
     main = FakeBatchModel(seqs)
@@ -142,17 +142,20 @@ def test_a_prompt_fed_in_pieces_alongside_a_running_generation() -> None:
     assert (reused, list(missing)) == (0, prompt[:-1])
     pending = list(missing)
     out: dict[int, list[int]] = {0: [], 1: []}
+    joined = False  # the newcomer's first round was in the pass of its last piece
     while not (first.finish and second.finish):
         gens = [(0, first)] if not first.finish else []
-        if not pending and not second.finish:
-            gens.append((1, second))
         piece = pending[:3]
         del pending[:3]
+        if not pending and not second.finish:
+            gens.append((1, second))
+            joined = joined or bool(piece)
         for (seq, _), r in zip(gens, step(main, gens, [(1, piece)] if piece else []), strict=True):
             assert isinstance(r, Round)
             out[seq].extend(r.tokens)
     assert out[0] == reference(table, [1, 2, 3], 30)
     assert out[1] == reference(table, prompt, 12)
+    assert joined
 
 
 def test_every_slot_learns_what_a_source_is_worth() -> None:

@@ -208,8 +208,10 @@ def step(
     """One round of several generations, each on its own sequence `seq` of `main`, in one
     pass: [(seq, generation), ...] -> each one's Round, in order, or the exception that
     ended it (one generation's failure leaves the others' rounds alone; a failed pass
-    raises). Pieces of other sequences' prompts (`prefill`: [(seq, tokens), ...]) ride
-    along in the same pass.
+    raises). Pieces of prompts (`prefill`: [(seq, tokens), ...]) ride along in the same
+    pass; a generation whose prompt ends with such a piece runs its first round in the
+    pass that reads it (the piece goes before its batch), as llama-server samples a
+    request's first token from the pass that reads the end of its prompt.
 
     Each generation's policy chooses its draft knowing what the batch already holds: the
     prompt pieces, the tokens and expected yield of the generations before it, and one

@@ -70,10 +70,10 @@ class CostModel:
                 return
             table[batch] = value
 
-    def room(self, tokens: int, stretch: float, most: int) -> int:
+    def room(self, tokens: int, stretch: float, most: int, reference: int = 0) -> int:
         """How many tokens (at most `most`) a pass of `tokens` can take on while it costs
-        at most `stretch` times as much."""
-        limit = stretch * self.cost(tokens)
+        at most `stretch` times a pass of `reference` tokens (by default `tokens`)."""
+        limit = stretch * self.cost(max(tokens, reference))
         extra = 0
         while extra < most and self.cost(tokens + extra + 1) <= limit:
             extra += 1

@@ -187,15 +187,22 @@ class Model:
     ) -> list[Logits]:
         """Append tokens to several sequences in one pass, logits for every position:
         [(seq, tokens), ...] -> one array of rows per part, in order (views, as decode's).
-        `prefill` parts ride along without logits (pieces of prompts). All the tokens
-        together must fit one batch (n_batch)."""
+        `prefill` parts ride along without logits (pieces of prompts); one for a sequence
+        that also has a part goes before that part's tokens (the end of a prompt, then the
+        first round). All the tokens together must fit one batch (n_batch)."""
         every = [*parts, *prefill]
         total = sum(len(tokens) for _, tokens in every)
         if not 0 < total <= self.n_batch or not all(tokens for _, tokens in every):
             raise ValueError(f"a batch holds 1 to {self.n_batch} tokens, none empty")
+        lead, decoding = dict(prefill), {seq for seq, _ in parts}
+        if len(lead) < len(prefill) or len(decoding) < len(parts):
+            raise ValueError("a batch holds one part and one piece of prompt per sequence")
         rows = self._pass(
-            [(seq, tokens, [True] * len(tokens)) for seq, tokens in parts]
-            + [(seq, tokens, [False] * len(tokens)) for seq, tokens in prefill]
+            [
+                (seq, [*lead.get(seq, ()), *tokens], _flags(lead.get(seq, ()), tokens))
+                for seq, tokens in parts
+            ]
+            + [(seq, tokens, _flags(tokens, ())) for seq, tokens in prefill if seq not in decoding]
         )
         return [
             self._logits(row, len(tokens))
@@ -300,6 +307,11 @@ class ModelSequence:
 
     def is_eog(self, token: int) -> bool:
         return self.model.is_eog(token)
+
+
+def _flags(prompt: Sequence[int], tokens: Sequence[int]) -> list[bool]:
+    """Which tokens of a part compute logits: none of its prompt tokens, every other one."""
+    return [False] * len(prompt) + [True] * len(tokens)
 
 
 def _check_gguf_file(path: Path) -> None:
