@@ -40,8 +40,8 @@ log = logging.getLogger(__name__)
 # cores: at 2.5 the p99 inter-token latency was 2.3-2.6x the median; at 2 it was 1.8-2.4x
 # but aggregate throughput 10% lower and time to first token longer (a new request waits
 # more rounds before it decodes); at 3, up to 2.8x. Against a round of the requests
-# decoding alone (one, while three prompts wait), pieces were half as large, the waiting
-# slots decoded nothing for more rounds, and four clients made 3% fewer tokens a second.
+# decoding alone (one, while three prompts wait), pieces were half as large and the
+# waiting slots decoded nothing for more rounds.
 PIECE_STRETCH = 2.5
 PIECE_LEAST = 4
 
@@ -255,8 +255,7 @@ class Engine:
         if not self._running:
             return
         everyone = sorted(self._running.values(), key=lambda r: r.slot)
-        order = [r for r in everyone if not r.prompt]
-        room = self._prompt_room(len(order))
+        room = self._prompt_room(sum(not r.prompt for r in everyone))
         feeding = self._prompt_pieces([r for r in everyone if r.prompt], room)
         # A request whose prompt ends in this pass runs its first round in it too.
         ending = {r.slot for r, piece in feeding if len(piece) == len(r.prompt)}
