@@ -274,6 +274,9 @@ class Engine:
         for running, result in zip(order, results, strict=True):
             if isinstance(result, Exception):
                 self._end(running, result)
+            elif running.slot in ending:  # the pass counts once: as the prompt's
+                free = result.seconds - result.llama_seconds
+                self._advance(running, replace(result, seconds=free, llama_seconds=0.0))
             else:
                 self._advance(running, result)
 
