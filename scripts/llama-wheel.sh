@@ -29,12 +29,19 @@ fi
 if ! ls "$DIR"/llama_cpp_python-*.whl >/dev/null 2>&1; then
   echo "duo: building llama-cpp-python $VERSION once (about 8 minutes on 2 cores)"
   echo "duo: CMAKE_ARGS=$ARGS"
-  mkdir -p "$DIR.tmp"
+  # A build directory of this run's own: two setups at once (a checkout's and a clean
+  # clone's) each build, and the first to finish puts its wheel in place.
+  mkdir -p "$CACHE"
+  TMP=$(mktemp -d "$DIR.tmp.XXXXXX")
   CMAKE_ARGS="$ARGS" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc 2>/dev/null || echo 2) \
     "$PY" -m pip wheel --no-deps --no-binary llama-cpp-python \
-    "llama-cpp-python==$VERSION" -w "$DIR.tmp"
-  echo "$ARGS" > "$DIR.tmp/CMAKE_ARGS"
-  rm -rf "$DIR" && mv "$DIR.tmp" "$DIR"
+    "llama-cpp-python==$VERSION" -w "$TMP"
+  echo "$ARGS" > "$TMP/CMAKE_ARGS"
+  if ! ls "$DIR"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    rm -rf "$DIR"
+    mv -T "$TMP" "$DIR" 2>/dev/null || true
+  fi
+  rm -rf "$TMP"
 fi
 "$PY" -m pip install --quiet --force-reinstall --no-deps "$DIR"/llama_cpp_python-*.whl
 "$PY" -m pip install --quiet "numpy>=1.20" "typing-extensions>=4.5" "diskcache>=5.6.1" "jinja2>=2.11.3"
