@@ -20,13 +20,14 @@ source "$(dirname "$0")/cpu-flags.sh"
 ARGS=${DUO_CMAKE_ARGS:-$(cpu_flags)}
 KEY=$(printf '%s %s %s' "$VERSION" "$ARGS" "$("$PY" -c 'import sys; print(sys.implementation.cache_tag)')" | sha256sum | cut -c1-16)
 DIR="$CACHE/llama-cpp-python-$VERSION-$KEY"
+cached() { ls "$DIR"/llama_cpp_python-*.whl >/dev/null 2>&1; }
 
 if "$PY" -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$VERSION')" 2>/dev/null \
    && [[ -f "$DIR/.installed-in-$(echo "$PY" | sha256sum | cut -c1-8)" ]]; then
   exit 0
 fi
 
-if ! ls "$DIR"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+if ! cached; then
   echo "duo: building llama-cpp-python $VERSION once (about 8 minutes on 2 cores)"
   echo "duo: CMAKE_ARGS=$ARGS"
   # A build directory of this run's own: two setups at once (a checkout's and a clean
@@ -37,7 +38,7 @@ if ! ls "$DIR"/llama_cpp_python-*.whl >/dev/null 2>&1; then
     "$PY" -m pip wheel --no-deps --no-binary llama-cpp-python \
     "llama-cpp-python==$VERSION" -w "$TMP"
   echo "$ARGS" > "$TMP/CMAKE_ARGS"
-  if ! ls "$DIR"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+  if ! cached; then
     rm -rf "$DIR"
     mv -T "$TMP" "$DIR" 2>/dev/null || true
   fi
