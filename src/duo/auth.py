@@ -19,7 +19,6 @@ TLS: the lead serves https (and wss for drafters) with --ssl-key-file/--ssl-cert
 
 from __future__ import annotations
 
-import argparse
 import hmac
 import os
 import ssl
@@ -119,43 +118,6 @@ def resolve_keys(
     return ()
 
 
-def lead_keys(args: argparse.Namespace) -> Keys:
-    """`duo lead`'s keys from its flags (add_key_args with drafter=True) and environment."""
-    return Keys(
-        api=resolve_keys(args.api_key, args.api_key_file, [API_KEY_ENV], "--api-key"),
-        drafter=resolve_keys(
-            args.drafter_key, args.drafter_key_file, [DRAFTER_KEY_ENV], "--drafter-key"
-        ),
-    )
-
-
-def client_key(args: argparse.Namespace, env: Sequence[str] = (API_KEY_ENV,)) -> str | None:
-    """The key a client presents: --api-key, else the first of --api-key-file, else env."""
-    keys = resolve_keys(args.api_key, args.api_key_file, env, "--api-key")
-    return keys[0] if keys else None
-
-
-def add_key_args(p: argparse._ActionsContainer, what: str, *, drafter: bool = False) -> None:
-    p.add_argument("--api-key", metavar="KEY", help=what)
-    p.add_argument(
-        "--api-key-file",
-        metavar="PATH",
-        help=f"read --api-key from a file (keeps it off the process list; default ${API_KEY_ENV})",
-    )
-    if drafter:
-        p.add_argument(
-            "--drafter-key",
-            metavar="KEY",
-            help="the drafter channel accepts this key instead of --api-key, and the API "
-            "refuses it: a key that can draft but not use the model",
-        )
-        p.add_argument(
-            "--drafter-key-file",
-            metavar="PATH",
-            help=f"read --drafter-key from a file, one key a line (default ${DRAFTER_KEY_ENV})",
-        )
-
-
 # -- TLS -----------------------------------------------------------------------------------
 
 
@@ -163,11 +125,6 @@ def add_key_args(p: argparse._ActionsContainer, what: str, *, drafter: bool = Fa
 class ServerTls:
     keyfile: str
     certfile: str
-
-
-def add_server_tls_args(p: argparse._ActionsContainer) -> None:
-    p.add_argument("--ssl-key-file", metavar="PEM", help="serve https with this private key")
-    p.add_argument("--ssl-cert-file", metavar="PEM", help="... and this certificate (chain)")
 
 
 def server_tls(keyfile: str | None, certfile: str | None) -> ServerTls | None:
@@ -190,15 +147,6 @@ def server_tls(keyfile: str | None, certfile: str | None) -> ServerTls | None:
             f"and its unencrypted private key ({getattr(e, 'reason', None) or e})"
         ) from None
     return ServerTls(keyfile=keyfile, certfile=certfile)
-
-
-def add_ca_file_arg(p: argparse._ActionsContainer) -> None:
-    p.add_argument(
-        "--ca-file",
-        metavar="PEM",
-        help="verify the lead's https certificate against this CA (or self-signed "
-        "certificate) instead of the system's",
-    )
 
 
 def client_tls(ca_file: str | None, url_is_https: bool) -> ssl.SSLContext | None:

@@ -219,9 +219,9 @@ def test_no_token_stands_for_more_bytes_than_the_bound(pair: tuple[Path, Path]) 
 def test_prompts_are_rendered_and_tokenized_off_the_event_loop(pair: tuple[Path, Path]) -> None:
     """In-process, with the real model: the Jinja chat template and llama_tokenize run on
     worker threads, so a long prompt leaves the event loop free (see the test above)."""
-    from duo.service.build import build_lead
-    from duo.service.config import ModelConfig, SpecConfig
-    from duo.service.lead import LeadConfig
+    from duo.lead.build import build_lead
+    from duo.lead.engine.lead import LeadConfig
+    from duo.session.config import ModelConfig, SpecConfig
 
     config = LeadConfig(
         models=ModelConfig(main=pair[0], draft=None, n_ctx=256),

@@ -11,8 +11,8 @@ import pytest
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.errors import IncompatibleModels
-from duo.service.config import ModelConfig, SpecConfig
-from duo.service.session import Session
+from duo.session.config import ModelConfig, SpecConfig
+from duo.session.session import Session
 
 pytestmark = pytest.mark.integration
 

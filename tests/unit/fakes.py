@@ -1,4 +1,4 @@
-"""A scripted stand-in for duo.backend.Model: a tiny deterministic language model.
+"""A scripted stand-in for duo.llama.backend.Model: a tiny deterministic language model.
 
 The "model" predicts the next token from the last two tokens with a fixed table, so a
 draft model is simply the same table with some entries changed (it agrees often, but not
@@ -7,9 +7,13 @@ always, like a quantized copy).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
+
+from duo.core.choice import Chooser
+from duo.core.engine import DraftSource, Generation, MainModel, Prefill, Round, run
+from duo.core.sampling import Sampler
 
 N_VOCAB = 16
 
@@ -114,3 +118,27 @@ class FakeBatchModel:
         for seq, tokens in prefill:
             self.seqs[seq].decode(tokens, all_logits=False)
         return [self.seqs[seq].decode(tokens) for seq, tokens in parts]
+
+
+def generate(
+    main: MainModel,
+    prompt: Sequence[int],
+    *,
+    max_tokens: int,
+    drafts: DraftSource | None = None,
+    draft_max: int = 8,
+    sampler: Sampler | None = None,
+    policy: Chooser | None = None,
+    on_prefill: Callable[[Prefill], None] | None = None,
+) -> Iterator[Round]:
+    """Evaluate the prompt, then decode up to `max_tokens` tokens, round by round."""
+    g = Generation(
+        main,
+        prompt,
+        max_tokens=max_tokens,
+        drafts=drafts,
+        draft_max=draft_max,
+        sampler=sampler,
+        policy=policy,
+    )
+    return run(main, g, on_prefill)

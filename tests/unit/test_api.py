@@ -14,11 +14,11 @@ from openapi_spec_validator import validate
 from starlette.routing import Route, WebSocketRoute
 
 from duo.core.stats import Stats
-from duo.service.api import Api
-from duo.service.jobs import Delta, Done, Job
-from duo.service.lead import ModelInfo
-from duo.service.openapi import openapi_schema
-from duo.service.supervise import Supervisor, Worker
+from duo.lead.engine.jobs import Delta, Done, Job
+from duo.lead.engine.lead import ModelInfo
+from duo.lead.openai.api import Api
+from duo.lead.openai.openapi import openapi_schema
+from duo.supervisor.supervise import Supervisor, Worker
 from tests.unit.test_tools import QWEN25, SMOLLM2, WEATHER, renderer
 
 N_VOCAB = 1000
@@ -392,9 +392,9 @@ class Recording(dict):  # type: ignore[type-arg]
 
 def test_every_request_field_the_lead_reads_is_in_the_openapi_document() -> None:
     from duo.core.sampling import GREEDY
-    from duo.service.openai_format import chat_messages, output_fields, sampling_fields
-    from duo.service.openai_sampling import grammar_text, sampling_extras
-    from duo.service.tools import tool_fields
+    from duo.lead.openai.format import chat_messages, output_fields, sampling_fields
+    from duo.lead.openai.sampling import grammar_text, sampling_extras
+    from duo.lead.tools.calls import tool_fields
 
     schemas = openapi_schema()["components"]["schemas"]
     for name, parsers in [

@@ -16,7 +16,7 @@ import pytest
 
 from duo import auth
 from duo.auth import Keys, bearer_token, matches, read_key_file, resolve_keys
-from duo.cli import chat
+from duo.cli import auth_args, chat
 from duo.cli.main import main
 from duo.errors import UsageError
 
@@ -158,12 +158,14 @@ def test_lead_keys_and_client_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     args = argparse.Namespace(
         api_key=None, api_key_file=None, drafter_key=None, drafter_key_file=str(path)
     )
-    assert auth.lead_keys(args) == Keys(api=("api",), drafter=("d1", "d2"))
+    assert auth_args.lead_keys(args) == Keys(api=("api",), drafter=("d1", "d2"))
     client = argparse.Namespace(api_key=None, api_key_file=str(path))
-    assert auth.client_key(client) == "d1"  # the first key of a file
+    assert auth_args.client_key(client) == "d1"  # the first key of a file
     monkeypatch.setenv(auth.DRAFTER_KEY_ENV, "drafter")
     env = (auth.DRAFTER_KEY_ENV, auth.API_KEY_ENV)  # duo back's
-    assert auth.client_key(argparse.Namespace(api_key=None, api_key_file=None), env) == "drafter"
+    assert (
+        auth_args.client_key(argparse.Namespace(api_key=None, api_key_file=None), env) == "drafter"
+    )
 
 
 # -- TLS --------------------------------------------------------------------------------------

@@ -3,11 +3,11 @@ on the lead's side and on the back's."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 from duo.channel import protocol as p
-from duo.channel.back import Back, BackConfig
 from duo.channel.backs import Backs, Remote
+from duo.channel.drafting import BackDrafter
 from duo.core.draft import Draft
 from duo.llama.backend import Model
 from tests.unit.fakes import FakeBatchModel, FakeModel, table_model
@@ -59,18 +59,18 @@ def test_a_back_frames_each_sessions_draft_apart() -> None:
     """APPEND continues the last DRAFT's session only; a session that is over sends
     nothing more."""
     model = FakeBatchModel([FakeModel(table_model(3)) for _ in range(2)])
-    back = Back(cast(Model, model), BackConfig(parallel=2))
-    outbox = back._outbox = cast(Any, Outbox())
-    back._width = 2
-    back._on_frame(p.Begin(1, (1, 2, 3)))
-    back._on_frame(p.Begin(2, (4, 5)))
-    back._send_draft(1, Draft(3, (5, 6)))
-    back._send_draft(1, Draft(3, (5, 6, 7)))
-    back._send_draft(2, Draft(2, (9,)))
-    back._send_draft(1, Draft(3, (5, 6, 7, 8)))
-    back._send_draft(1, Draft(4, (6, 7, 8)))  # nothing new
-    back._on_frame(p.End(1))
-    back._send_draft(1, Draft(3, (5, 6, 7, 8, 9)))  # published after the end
+    back = BackDrafter(cast(Model, model), parallel=2, max_ahead=4)
+    outbox = Outbox()
+    back.attach(outbox.put_nowait, 2)
+    back.on_message(p.Begin(1, (1, 2, 3)))
+    back.on_message(p.Begin(2, (4, 5)))
+    back.frame(1, Draft(3, (5, 6)))
+    back.frame(1, Draft(3, (5, 6, 7)))
+    back.frame(2, Draft(2, (9,)))
+    back.frame(1, Draft(3, (5, 6, 7, 8)))
+    back.frame(1, Draft(4, (6, 7, 8)))  # nothing new
+    back.on_message(p.End(1))
+    back.frame(1, Draft(3, (5, 6, 7, 8, 9)))  # published after the end
     assert outbox.frames == [
         p.DraftMsg(1, 3, (5, 6)),
         p.Append((7,)),

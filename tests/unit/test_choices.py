@@ -9,8 +9,8 @@ from typing import Any
 
 from duo.core.sampling import SamplingParams
 from duo.core.stats import Stats
-from duo.service.choices import choice_jobs, choice_seed, combined, merged_events
-from duo.service.jobs import Delta, Done, Failed, Job
+from duo.lead.engine.jobs import Delta, Done, Failed, Job
+from duo.lead.openai.choices import choice_jobs, choice_seed, combined, merged_events
 
 
 def test_choice_seeds() -> None:

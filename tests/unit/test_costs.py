@@ -8,7 +8,7 @@ import pytest
 
 from duo.bench.costs import Profiler
 from duo.bench.suite import profile_line
-from duo.service.config import ModelConfig, SpecConfig
+from duo.session.config import ModelConfig, SpecConfig
 
 
 def profiler_with(*rounds: tuple[float, float, float]) -> Profiler:

@@ -7,12 +7,12 @@ from typing import Any, cast
 import pytest
 
 from duo.core.draft import Proposal
-from duo.core.engine import generate, prefill
+from duo.core.engine import prefill
 from duo.core.stats import Stats
 from duo.drafting.sources import SyncDrafts, ThreadDrafts
 from duo.errors import PromptTooLong, UsageError
 from duo.llama.backend import Model
-from tests.unit.fakes import FakeModel, corrupted, reference, table_model
+from tests.unit.fakes import FakeModel, corrupted, generate, reference, table_model
 
 PROMPTS = [[1], [3, 4, 5], [2, 2, 2, 2, 9, 1]]
 

@@ -12,7 +12,7 @@ import pytest
 from starlette.requests import Request
 
 from duo.errors import DuoError, http_status
-from duo.service.openai_format import (
+from duo.lead.openai.format import (
     MAX_SEED,
     Output,
     chat_messages,

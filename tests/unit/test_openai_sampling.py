@@ -9,14 +9,14 @@ import pytest
 from duo.core.logprobs import TokenLogprob
 from duo.core.sampling import SamplingParams
 from duo.errors import UsageError
-from duo.llama.grammar import JSON_OBJECT, json_schema_gbnf, nesting, unenforced
-from duo.service.openai_sampling import (
+from duo.lead.openai.sampling import (
     CompletionLogprobs,
     chat_logprobs,
     grammar_text,
     logit_bias,
     sampling_extras,
 )
+from duo.llama.grammar import JSON_OBJECT, json_schema_gbnf, nesting, unenforced
 
 PIECES = {1: b"He", 2: b"llo", 3: b" \xe2\x82", 4: b"\xac", 5: b"!"}
 

@@ -9,12 +9,19 @@ import numpy as np
 import pytest
 
 from duo.core.draft import Proposal
-from duo.core.engine import generate
-from duo.core.sampling import Dist, Greedy, SamplingParams
+from duo.core.sampling import Dist, Greedy, Logits, SamplingParams, adjusted
 from duo.drafting.sources import SyncDrafts, ThreadDrafts
 from duo.errors import UsageError
 from duo.llama.backend import Model
-from tests.unit.fakes import FakeModel, corrupted, table_model
+from tests.unit.fakes import FakeModel, corrupted, generate, table_model
+
+
+def probabilities(
+    params: SamplingParams, logits: Logits, history: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(candidate token IDs, their probabilities), most likely first."""
+    return Dist(params).filtered(adjusted(logits, history, params))
+
 
 PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
 
@@ -135,20 +142,20 @@ def test_the_chi_square_check_has_power() -> None:
 
 def test_filters_keep_what_llama_cpp_keeps() -> None:
     logits = np.log(np.array([0.5, 0.2, 0.15, 0.1, 0.05], dtype=np.float32))
-    ids, probs = Dist(SamplingParams(temperature=1.0, top_k=0, top_p=0.8, min_p=0.0)).probabilities(
-        logits, []
+    ids, probs = probabilities(
+        SamplingParams(temperature=1.0, top_k=0, top_p=0.8, min_p=0.0), logits, []
     )
     assert list(ids) == [0, 1, 2]  # 0.5 + 0.2 < 0.8 <= 0.5 + 0.2 + 0.15
-    ids, _ = Dist(SamplingParams(temperature=1.0, top_k=2, top_p=1.0, min_p=0.0)).probabilities(
-        logits, []
+    ids, _ = probabilities(
+        SamplingParams(temperature=1.0, top_k=2, top_p=1.0, min_p=0.0), logits, []
     )
     assert list(ids) == [0, 1]
-    ids, _ = Dist(SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.25)).probabilities(
-        logits, []
+    ids, _ = probabilities(
+        SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.25), logits, []
     )
     assert list(ids) == [0, 1, 2]  # p >= 0.25 * 0.5
-    _, cold = Dist(SamplingParams(temperature=0.1, top_k=0, top_p=1.0, min_p=0.0)).probabilities(
-        logits, []
+    _, cold = probabilities(
+        SamplingParams(temperature=0.1, top_k=0, top_p=1.0, min_p=0.0), logits, []
     )
     assert cold[0] > 0.99
     assert probs.sum() == pytest.approx(1.0)

@@ -11,13 +11,12 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from duo.core.engine import generate
 from duo.core.logprobs import LogprobQueue, TokenLogprob, token_logprob
 from duo.core.sampling import Constraint, Dist, Greedy, Logits, SamplingParams, adjusted
 from duo.drafting.sources import SyncDrafts, SyncSlot
 from duo.errors import GenerationFailed, UsageError
 from duo.llama.backend import Model
-from tests.unit.fakes import FakeModel, corrupted, table_model
+from tests.unit.fakes import FakeModel, corrupted, generate, table_model
 from tests.unit.test_sampling import FixedLogits, ProposeAlways, chi_square
 
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from duo.errors import DuoError, http_status
-from duo.service.openai_format import chat_messages
-from duo.service.tools import (
+from duo.lead.openai.format import chat_messages
+from duo.lead.tools.calls import (
     ToolCallStream,
     parse_tool_calls,
     template_caps,

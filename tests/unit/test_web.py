@@ -20,11 +20,11 @@ from duo.core.engine import Round
 from duo.core.stats import SourceStats, Stats
 from duo.core.text import Chunk
 from duo.errors import DuoError
-from duo.service.feed import Feed, Rates
-from duo.service.jobs import Delta, deltas
-from duo.service.openai_format import duo_error_response
-from duo.service.origin import Origin
-from duo.service.web import CSP, Web, asset
+from duo.lead.engine.jobs import Delta, deltas
+from duo.lead.openai.format import duo_error_response
+from duo.lead.openai.origin import Origin
+from duo.lead.web.feed import Feed, Rates
+from duo.lead.web.page import CSP, Web, asset
 
 
 def round_of(tokens: tuple[int, ...], accepted: int, source: str | None) -> Round:

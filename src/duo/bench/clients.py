@@ -42,7 +42,7 @@ from duo.bench.runners import Prompt, cores_text, prompt_text, wait_ready
 from duo.core.sampling import SamplingParams
 from duo.llama.backend import Model
 from duo.net import free_port
-from duo.service.config import ModelConfig, SpecConfig
+from duo.session.config import ModelConfig, SpecConfig
 
 SERVERS = ("duo", "duo+back", "llama-server", "llama-server+md")
 

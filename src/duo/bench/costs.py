@@ -22,8 +22,8 @@ from typing import Any
 
 from duo.core.policy import calibrate
 from duo.llama.backend import Model
-from duo.service.config import ModelConfig, SpecConfig
-from duo.service.session import Session, pinned
+from duo.session.config import ModelConfig, SpecConfig
+from duo.session.session import Session, pinned
 
 ALTERNATIONS = 2  # main, draft, main, draft within one round
 SLOWDOWN_BLOCKS = 3  # alone / together blocks per round

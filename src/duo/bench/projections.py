@@ -1,5 +1,5 @@
 """`duo sim`: projections for this machine (against what `duo bench` measured) and for
-the seeds' setups (against what the seeds report), from the profiles in duo.profiles
+the seeds' setups (against what the seeds report), from the profiles in duo.bench.profiles
 replayed through the simulator in duo.sim.
 """
 

@@ -25,8 +25,8 @@ from duo.core.stats import SourceStats, Stats
 from duo.errors import UsageError
 from duo.llama.backend import Model
 from duo.net import free_port
-from duo.service.config import ModelConfig, SpecConfig
-from duo.service.session import Session
+from duo.session.config import ModelConfig, SpecConfig
+from duo.session.session import Session
 
 
 @dataclass(frozen=True)
@@ -175,11 +175,16 @@ class LeadBack(Runner):
             raise
 
     def one(self, i: int) -> tuple[Stats, float]:
+        """One request; the lead's CPU outside the model is its process's CPU time less
+        the CPU time its engine thread spent in llama_decode (both CPU clocks: a pinned
+        lead whose event loop preempts a pass makes the pass's wall time longer, not its
+        CPU time)."""
+        in_model = -_metric(self.client, DECODE_CPU)  # read outside the window measured
         before = _cpu_seconds(self.procs[0].pid)
         stats, ttft = _complete(self.client, self.prompts[i], self.n, self.sampling)
         after = _cpu_seconds(self.procs[0].pid)
+        in_model += _metric(self.client, DECODE_CPU)
         if self.lead_cpu is not None and before is not None and after is not None:
-            in_model = stats.prefill_seconds + stats.llama_seconds
             self.lead_cpu += after - before - in_model
         else:
             self.lead_cpu = None
@@ -329,21 +334,36 @@ def _quiet(cmd: list[str]) -> subprocess.Popen[bytes]:
 
 
 def _cpu_seconds(pid: int) -> float | None:
-    """CPU time (user + system) a process has used, from /proc; None where there is none."""
+    """CPU time a process's threads have used, to the nanosecond (/proc's schedstat; the
+    user and system times in /proc/PID/stat count 10 ms ticks); None where there is none."""
+    total = 0
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except FileNotFoundError:  # a thread that just ended
+                continue
+    except (OSError, IndexError, ValueError):
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total / 1e9
+
+
+WIRE = ("duo_wire_bytes_sent_total", "duo_wire_bytes_received_total")
+DECODE_CPU = ("duo_main_decode_cpu_seconds_total",)
+
+
+def _metric(client: httpx.Client, names: tuple[str, ...]) -> float:
+    """The sum of these counters in the lead's /metrics."""
+    total = 0.0
+    for line in client.get("/metrics").text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in names:
+            total += float(value)
+    return total
 
 
 def _wire_bytes(client: httpx.Client) -> int:
-    text = client.get("/metrics").text
-    total = 0
-    for line in text.splitlines():
-        if line.startswith(("duo_wire_bytes_sent_total", "duo_wire_bytes_received_total")):
-            total += int(float(line.split()[1]))
-    return total
+    return int(_metric(client, WIRE))
 
 
 def wait_ready(predicate: Any, proc: subprocess.Popen[bytes], timeout: float = 180) -> None:

@@ -35,8 +35,8 @@ from duo.bench.sim import Trace, simulate_async
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.errors import UsageError
-from duo.service.config import Mode, ModelConfig, SpecConfig
-from duo.service.session import Session
+from duo.session.config import Mode, ModelConfig, SpecConfig
+from duo.session.session import Session
 
 MODES = (
     "target-1",

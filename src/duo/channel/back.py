@@ -1,11 +1,7 @@
-"""`duo back`: a drafter process that serves a lead over one persistent connection.
-
-It mirrors the committed tokens of the lead's running generations (BEGIN, COMMIT), one
-session each, and drafts ahead for all of them on its own thread (a sequence of the draft
-model per session, up to `--parallel` at once, their next tokens evaluated in one pass);
-it streams only what is new in each session's draft (DRAFT, then APPEND frames). When
-the lead goes away it reconnects with backoff; an incompatible draft model is refused at
-the handshake.
+"""`duo back`'s connection to its lead: one persistent WebSocket, the handshake, and
+reconnection with backoff when the lead goes away. What it carries is the drafting role's
+(duo.channel.drafting): lead messages in, draft frames out. An incompatible draft model is
+refused at the handshake.
 """
 
 from __future__ import annotations
@@ -25,8 +21,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from duo import auth
 from duo.channel import protocol as p
-from duo.core.draft import Draft, delta
-from duo.drafting.drafter import DraftWorker
+from duo.channel.drafting import BackDrafter
 from duo.errors import CertificateError, ProtocolError, Refused, UsageError
 from duo.llama.backend import Model
 
@@ -66,25 +61,14 @@ class Back:
         self.on_connect = on_connect  # told the lead's URL at every (re)connection
         self.url = drafter_url(config.lead)
         self.name = config.name or f"{socket.gethostname()}:{os.getpid()}"
-        self._outbox: asyncio.Queue[bytes] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        # The running sessions: what the lead knows of each one's draft.
-        self._sent: dict[int, Draft | None] = {}
-        self._last = -1  # the session of the last draft frame sent (APPEND continues it)
-        self._width = 4
-        self.worker = DraftWorker(
-            model,
-            self._publish,
-            sequences=config.parallel,
-            max_ahead=config.max_ahead,
-            cores=set(config.cores) if config.cores else None,
+        self.drafter = BackDrafter(
+            model, parallel=config.parallel, max_ahead=config.max_ahead, cores=config.cores
         )
 
     async def run(self) -> None:
         """Serve leads until cancelled; raise Refused if a lead refuses us, CertificateError
         if its certificate does not verify (neither is fixed by retrying)."""
-        self._loop = asyncio.get_running_loop()
-        self.worker.start()
+        self.drafter.start()
         delay = 0.25
         try:
             while True:
@@ -111,11 +95,10 @@ class Back:
                         type(e).__name__,
                         delay,
                     )
-                self.worker.end()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.config.retry_max)
         finally:
-            self.worker.stop()
+            self.drafter.stop()
 
     async def _connection(self) -> None:
         headers = {p.MODEL_HEADER: _header_text(self.model.path.stem)}
@@ -141,55 +124,19 @@ class Back:
                 raise Refused(reply.reason)
             if not isinstance(reply, p.Welcome):
                 raise ProtocolError("expected WELCOME")
-            self._width = reply.token_width
-            self._sent, self._last = {}, -1
-            self._outbox = asyncio.Queue()
-            sender = asyncio.create_task(self._send_loop(ws, self._outbox))
+            outbox: asyncio.Queue[bytes] = asyncio.Queue()
+            self.drafter.attach(outbox.put_nowait, reply.token_width)
+            sender = asyncio.create_task(self._send_loop(ws, outbox))
             log.info("connected to %s", self.url)
             if self.on_connect is not None:
                 self.on_connect(self.config.lead)
             try:
                 async for data in ws:
-                    self._on_frame(p.decode(data, self._width))
+                    self.drafter.on_message(p.decode(data, reply.token_width))
             finally:
-                self._outbox = None
+                self.drafter.detach()
                 sender.cancel()
                 log.info("disconnected from %s", self.url)
-
-    def _on_frame(self, msg: p.Message) -> None:
-        match msg:
-            case p.Begin(session, tokens):
-                self._sent[session] = None
-                self.worker.begin(session, tokens)
-            case p.Commit(session, start, tokens):
-                self.worker.commit(session, start, tokens)  # ignored for unknown sessions
-            case p.End(session):
-                self._sent.pop(session, None)
-                self.worker.end(session)
-            case _:
-                raise ProtocolError(f"unexpected {type(msg).__name__} from the lead")
-
-    def _publish(self, session: int, draft: Draft) -> None:
-        """On the drafter thread: hand the draft to the event loop."""
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._send_draft, session, draft)
-
-    def _send_draft(self, session: int, draft: Draft) -> None:
-        """On the event loop: queue what the lead does not know of this draft yet."""
-        if self._outbox is None or session not in self._sent:  # over, or from a past connection
-            return
-        sent = self._sent[session]
-        new = delta(sent, draft)
-        if new is None:
-            return
-        follows = (
-            session == self._last
-            and sent is not None
-            and new.start == sent.start + len(sent.tokens)
-        )
-        msg = p.Append(new.tokens) if follows else p.DraftMsg(session, new.start, new.tokens)
-        self._sent[session], self._last = draft, session
-        self._outbox.put_nowait(p.encode(msg, self._width))
 
     @staticmethod
     async def _send_loop(ws: websockets.ClientConnection, outbox: asyncio.Queue[bytes]) -> None:

@@ -26,6 +26,7 @@ from duo.channel import protocol as p
 from duo.channel.backs import Backs, Remote
 from duo.errors import ProtocolError
 from duo.mailbox import Mailboxes
+from duo.net import is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +209,7 @@ def _peer(ws: WebSocket) -> tuple[str, str]:
     the address as a supervisor on loopback relays it, else as the connection shows it."""
     host = ws.client.host if ws.client else ""
     relayed = ws.headers.get(p.PEER_HEADER)
-    if relayed and host in ("127.0.0.1", "::1"):
+    if relayed and is_loopback(host):
         host = relayed
     model = ws.headers.get(p.MODEL_HEADER, "")
     return _shown(host), _shown(model)

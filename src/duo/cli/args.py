@@ -9,7 +9,7 @@ from duo.cli.progress import Spinner
 from duo.core.sampling import SamplingParams
 from duo.errors import UsageError
 from duo.llama.models import PAIRS
-from duo.service.config import (
+from duo.session.config import (
     MODES,
     SPEC_TYPES,
     ModelConfig,

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from duo import auth
+from duo.cli import auth_args
 from duo.cli.args import positive
 from duo.errors import ClientError, DuoError, exit_code
 
@@ -180,7 +181,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         with contextlib.suppress(ImportError):
             import readline  # noqa: F401  (line editing and history for input())
     try:
-        key = auth.client_key(args)
+        key = auth_args.client_key(args)
         tls = auth.client_tls(args.ca_file, httpx.URL(args.url).scheme == "https")
     except DuoError as e:
         print(f"duo chat: {e}", file=sys.stderr)
@@ -248,8 +249,8 @@ def add_chat_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--url", type=http_url, default="http://127.0.0.1:5555", help="the lead's URL"
     )
     chat.add_argument("--system", metavar="TEXT", help="a system prompt")
-    auth.add_key_args(chat, "the lead's API key")
-    auth.add_ca_file_arg(chat)
+    auth_args.add_key_args(chat, "the lead's API key")
+    auth_args.add_ca_file_arg(chat)
     chat.add_argument(
         "-n", "--max-tokens", type=positive, metavar="N", help="most tokens per answer"
     )

@@ -38,8 +38,8 @@ from duo.core.text import TextStream
 from duo.errors import DuoError, UsageError, exit_code
 from duo.llama.models import PAIRS, is_ready, prepare, verify_file
 from duo.llama.rpc import setup_rpc
-from duo.service.config import MODES, ModelConfig, SpecConfig, parse_pin
-from duo.service.session import Session
+from duo.session.config import MODES, ModelConfig, SpecConfig, parse_pin
+from duo.session.session import Session
 
 DEMO_PROMPT = "Explain the difference between concurrency and parallelism in Python."
 

@@ -8,11 +8,12 @@ import functools
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING
 
 from duo import auth
+from duo.cli import auth_args
 from duo.cli.args import (
     add_model_args,
     add_rpc_arg,
@@ -22,12 +23,13 @@ from duo.cli.args import (
     positive,
     spec_config,
 )
+from duo.cli.console import Console
 from duo.cli.progress import Spinner
 from duo.errors import CertificateError, Refused, exit_code
 from duo.llama.rpc import setup_rpc
 from duo.net import check_port, free_port, is_loopback
-from duo.service.config import parse_pin
-from duo.service.supervise import WORKER_ENV
+from duo.session.config import parse_pin
+from duo.supervisor.supervise import WORKER_ENV
 
 if TYPE_CHECKING:
     import uvicorn
@@ -47,10 +49,10 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     g = lead.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
     g.add_argument("--port", type=positive, default=5555, help="port (default %(default)s)")
-    auth.add_key_args(
+    auth_args.add_key_args(
         g, "require this Bearer key on the API (and the drafter channel)", drafter=True
     )
-    auth.add_server_tls_args(g)
+    auth_args.add_server_tls_args(g)
     g.add_argument(
         "--max-body",
         type=positive,
@@ -99,8 +101,8 @@ def add_back_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="N",
         help="most tokens drafted past the committed ones (default %(default)s)",
     )
-    auth.add_key_args(back, "the key to present to the lead: its API key or drafter key")
-    auth.add_ca_file_arg(back)
+    auth_args.add_key_args(back, "the key to present to the lead: its API key or drafter key")
+    auth_args.add_ca_file_arg(back)
     back.add_argument(
         "--name", default="", help="name shown in the lead's logs and on its web page"
     )
@@ -111,10 +113,10 @@ def add_back_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def cmd_lead(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from duo.service.build import build_lead
-    from duo.service.lead import LeadConfig
+    from duo.lead.build import build_lead
+    from duo.lead.engine.lead import LeadConfig
 
-    keys = auth.lead_keys(args)
+    keys = auth_args.lead_keys(args)
     worker = bool(os.environ.get(WORKER_ENV))  # behind a supervisor, which serves the TLS
     tls = None if worker else auth.server_tls(args.ssl_key_file, args.ssl_cert_file)
     check_port(args.host, args.port)
@@ -132,8 +134,6 @@ def cmd_lead(args: argparse.Namespace) -> int:
         api_key=keys,
         max_body=args.max_body,
         parallel=args.parallel,
-        console=not args.quiet,
-        color=sys.stdout.isatty(),
     )
     if not is_loopback(args.host) and not keys.api:
         print(
@@ -148,7 +148,8 @@ def cmd_lead(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     setup_rpc(args.rpc, n_gpu_layers=args.n_gpu_layers)
-    service = build_lead(config)
+    console = None if args.quiet else Console(sys.stdout.isatty(), slots=args.parallel)
+    service = build_lead(config, console.show if console else None)
     try:
         local = f" + local drafter {models.draft.name}" if models.draft else ""
         url = _public_url(args.host, args.port, tls)
@@ -194,11 +195,11 @@ def _server(on_exit: Callable[[], None], config: uvicorn.Config) -> uvicorn.Serv
 
 
 def supervise_lead(args: argparse.Namespace, tls: auth.ServerTls | None = None) -> int:
-    """The lead's model runs on rpc-servers: serve through a supervisor (duo.supervise)."""
+    """The lead's model runs on rpc-servers: serve through a supervisor (duo.supervisor)."""
     import uvicorn
 
     from duo.llama.rpc import parse_endpoints, probe
-    from duo.service.supervise import Supervisor, Worker, worker_argv
+    from duo.supervisor.supervise import Supervisor, Worker
 
     for endpoint in parse_endpoints(args.rpc):
         probe(endpoint)  # fail now, in one line, rather than in a restart loop
@@ -225,10 +226,10 @@ def supervise_lead(args: argparse.Namespace, tls: auth.ServerTls | None = None) 
 def cmd_back(args: argparse.Namespace) -> int:
     from duo.channel.back import Back, BackConfig, drafter_url
     from duo.llama.backend import Model
-    from duo.service.config import resolve_models
+    from duo.session.config import resolve_models
 
     url = drafter_url(args.lead)  # a bad URL, key or CA file fails before the model loads
-    key = auth.client_key(args, env=(auth.DRAFTER_KEY_ENV, auth.API_KEY_ENV))
+    key = auth_args.client_key(args, env=(auth.DRAFTER_KEY_ENV, auth.API_KEY_ENV))
     tls = auth.client_tls(args.ca_file, url.startswith("wss://"))
     if args.model is None:
         _, draft = resolve_models(None, None, args.pair, progress=Spinner)
@@ -272,3 +273,20 @@ def cmd_back(args: argparse.Namespace) -> int:
     finally:
         model.close()
     return 0
+
+
+def worker_argv(argv: Sequence[str], port: int) -> list[str]:
+    """Our own command line, bound to a private loopback port instead of the public one."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--host", "--port"):
+            skip = True
+            continue
+        if arg.startswith(("--host=", "--port=")):
+            continue
+        out.append(arg)
+    return [sys.executable, "-m", "duo", *out, "--host", "127.0.0.1", "--port", str(port)]

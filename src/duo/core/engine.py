@@ -3,7 +3,7 @@
 Per round (a Generation's plan, then settle): take the proposals ready that continue the
 committed tokens (possibly none), let the policy choose which one and how much of it to
 verify, evaluate [last committed] + draft in one batch with logits for every position,
-sample-and-compare (duo.verify), commit the accepted tokens plus the correction or bonus,
+sample-and-compare (duo.core.verify), commit the accepted tokens plus the correction or bonus,
 roll the main KV back past what was rejected, and tell the draft sources what was
 committed. `generate` runs one generation alone; `step` runs one round of several, each
 on its own sequence of the main model, in a single pass (the lead's parallel slots). The
@@ -139,44 +139,18 @@ def reuse(main: MainModel, prompt: Sequence[int]) -> tuple[int, Sequence[int]]:
     return reused, prompt[reused:-1]
 
 
-def generate(
-    main: MainModel,
-    prompt: Sequence[int],
-    *,
-    max_tokens: int,
-    drafts: DraftSource | None = None,
-    draft_max: int = 8,
-    sampler: Sampler | None = None,
-    policy: Chooser | None = None,
-    on_prefill: Callable[[Prefill], None] | None = None,
+def run(
+    main: MainModel, g: Generation, on_prefill: Callable[[Prefill], None] | None = None
 ) -> Iterator[Round]:
-    """Evaluate the prompt, then decode up to `max_tokens` tokens, round by round.
-
-    The draft source hears of the prompt first, so a concurrent drafter evaluates it
-    at the same time as the main model.
+    """A generation alone on `main`, round by round, to its end. The draft source hears
+    of the prompt first, so a concurrent drafter evaluates it at the same time as the main
+    model.
 
     llama.cpp evaluates one token with other kernels than a batch (logits differ in the
     last digits), so a round that verifies a draft may round differently from one that
     does not. A deterministic main model pads every pass to a batch (duo.llama.ubatch):
     all modes then compute bit-identical logits, and a seeded sampler gives bit-identical
-    text in every mode.
-    """
-    g = Generation(
-        main,
-        prompt,
-        max_tokens=max_tokens,
-        drafts=drafts,
-        draft_max=draft_max,
-        sampler=sampler,
-        policy=policy,
-    )
-    return run(main, g, on_prefill)
-
-
-def run(
-    main: MainModel, g: Generation, on_prefill: Callable[[Prefill], None] | None = None
-) -> Iterator[Round]:
-    """A generation alone on `main`, round by round, to its end."""
+    text in every mode."""
     try:
         filled = g.start()
         if on_prefill:

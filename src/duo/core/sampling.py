@@ -1,7 +1,7 @@
 """Samplers: pick the main model's next token from its logits.
 
 A sampler is called once per emitted token, in order, with its own random stream, so a
-seeded sampler gives the same text with or without speculation (duo.verify draws exactly
+seeded sampler gives the same text with or without speculation (duo.core.verify draws exactly
 one sample per emitted token). The chain follows llama.cpp's order:
 logit bias -> penalties (repeat, frequency, presence) -> top-k -> top-p -> min-p ->
 temperature -> draw. A grammar (a `Constraint`) is checked as llama.cpp's common sampler
@@ -181,12 +181,6 @@ class Dist(_Chain):
     ) -> None:
         super().__init__(params, constraint, record)
         self.rng = np.random.default_rng(params.seed)
-
-    def probabilities(
-        self, logits: Logits, history: Sequence[int]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(candidate token IDs, their probabilities), most likely first."""
-        return self.filtered(adjusted(logits, history, self.params))
 
     def filtered(self, adjusted_logits: Logits) -> tuple[np.ndarray, np.ndarray]:
         """top-k, top-p, min-p and temperature over logits already biased and penalised."""

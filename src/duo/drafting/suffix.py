@@ -128,11 +128,6 @@ class SuffixCache:
     def requests(self) -> int:
         return len(self._starts)
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes held in arrays (buffer capacity, evicted tokens not yet compacted included)."""
-        return self._buffer.nbytes + sum(run.nbytes for run in self._runs)
-
     def add(self, tokens: Sequence[int]) -> None:
         """Remember a finished request, evicting the oldest whole requests to make room.
 

@@ -19,6 +19,7 @@ import ctypes
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,10 @@ class Model:
         self.n_threads = n_threads
         # Per sequence, the tokens whose KV is in the cache, in order.
         self.seqs: list[list[int]] = [[] for _ in range(n_seq)]
+        # CPU time the calling thread spent in llama_decode (llama.cpp's worker threads,
+        # with n_threads > 1, not counted): what the lead spends outside the model is the
+        # process's CPU time less this.
+        self.decode_cpu_seconds = 0.0
         self._batch = lib.llama_batch_init(n_batch, 0, 1)
         self._logits_address: int | None = None
         self._logits_view: Logits = np.empty((0, self.n_vocab), dtype=np.float32)
@@ -236,7 +241,9 @@ class Model:
                 i += 1
             row += sum(flags)
         batch.n_tokens = i
+        cpu = time.thread_time()
         status = self._lib.llama_decode(self._ctx, batch)
+        self.decode_cpu_seconds += time.thread_time() - cpu
         for (seq, tokens, _), flags in zip(parts, wanted, strict=True):
             if status == 0:
                 self.seqs[seq].extend(tokens)

@@ -15,10 +15,9 @@ import contextlib
 import json
 import logging
 import os
-import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 
 import httpx
 import websockets
@@ -36,23 +35,6 @@ WORKER_ENV = "DUO_LEAD_WORKER"  # set in the worker: it serves, it does not supe
 HOP_HEADERS = {"host", "content-length", "connection", "transfer-encoding", "keep-alive"}
 
 
-def worker_argv(argv: Sequence[str], port: int) -> list[str]:
-    """Our own command line, bound to a private loopback port instead of the public one."""
-    out: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        if arg in ("--host", "--port"):
-            skip = True
-            continue
-        if arg.startswith(("--host=", "--port=")):
-            continue
-        out.append(arg)
-    return [sys.executable, "-m", "duo", *out, "--host", "127.0.0.1", "--port", str(port)]
-
-
 class Worker:
     """The lead process that owns the model; restarted whenever it dies. Each line it
     writes (its console) goes to `show`."""
@@ -68,11 +50,13 @@ class Worker:
         self.restarts = 0
         self.since = time.time()
         self._tail: deque[str] = deque(maxlen=20)
+        self._down = asyncio.Event()  # set while the worker is down, its last words read
 
     async def run(self) -> None:
         delay = 0.5
         while True:
             self.state, self.since = "starting", time.time()
+            self._down.clear()
             proc = await asyncio.create_subprocess_exec(
                 *self.argv,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -94,10 +78,17 @@ class Worker:
             was_running = self.state == "running"
             self.state, self.since = "down", time.time()
             self.last_error = self._reason(proc.returncode)
+            self._down.set()
             log.warning("lead worker exited (%s); restarting in %.1fs", self.last_error, delay)
             self.restarts += 1
             await asyncio.sleep(delay)
             delay = 0.5 if was_running else min(delay * 2, 5.0)
+
+    async def exited(self, timeout: float) -> None:
+        """Wait (at most `timeout` seconds) until the worker is down and its last words
+        are in last_error."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._down.wait(), timeout)
 
     async def _read(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdout is not None
@@ -202,7 +193,7 @@ class Supervisor:
             async for chunk in response.aiter_raw():
                 yield chunk
         except httpx.HTTPError:
-            await asyncio.sleep(0.3)  # let the worker's last words reach last_error
+            await self.worker.exited(timeout=2)  # its last words reach last_error
             why = self.worker.last_error or "the worker process died"
             error = {
                 "error": {

@@ -8,7 +8,7 @@ checkable. Without a seed every choice draws its own random seed. Greedy choices
 the same text, as they are everywhere else.
 
 The jobs are handed to the lead at once, in index order; the lead runs them as its slots
-allow (one at a time today), and their events arrive tagged with the index, interleaved
+allow (--parallel of them at once), and their events arrive tagged with the index, interleaved
 as they come.
 """
 
@@ -20,8 +20,8 @@ from collections.abc import AsyncGenerator, Sequence
 
 from duo.core.sampling import SamplingParams
 from duo.core.stats import Stats
-from duo.service.jobs import Delta, Event, Failed, Job
-from duo.service.lead import Lead
+from duo.lead.engine.jobs import Delta, Event, Failed, Job
+from duo.lead.engine.lead import Lead
 
 MAX_CHOICES = 128  # OpenAI's bound on `n`
 SEED_SPACE = 2**64  # seeds are 64-bit: choice seeds wrap around

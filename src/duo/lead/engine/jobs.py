@@ -27,21 +27,16 @@ from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.core.text import Chunk, TextStream
 from duo.errors import DuoError
-from duo.service.session import Session, pinned
+from duo.session.session import Session, pinned
 
 log = logging.getLogger(__name__)
 
 # While other requests run, a new prompt is evaluated in pieces alongside their rounds: a
 # round with a piece costs at most PIECE_STRETCH times a round of every admitted request
-# (the running ones and those reading their prompts: the round to come once the prompts
-# are read), by the measured cost of a pass, so the running requests' inter-token latency
-# grows by that much at most over its steady value while a prompt is read, and a piece has
-# at least PIECE_LEAST tokens, so every prompt moves on. Measured with 4 clients on 2
-# cores: at 2.5 the p99 inter-token latency was 2.3-2.6x the median; at 2 it was 1.8-2.4x
-# but aggregate throughput 10% lower and time to first token longer (a new request waits
-# more rounds before it decodes); at 3, up to 2.8x. Against a round of the requests
-# decoding alone (one, while three prompts wait), pieces were half as large and the
-# waiting slots decoded nothing for more rounds.
+# (the running ones and those reading their prompts), by the measured cost of a pass, so
+# the running requests' inter-token latency grows by that much at most while a prompt is
+# read; a piece has at least PIECE_LEAST tokens, so every prompt moves on. How 2, 2.5 and 3
+# compared: docs/bench/prompt-pieces.md.
 PIECE_STRETCH = 2.5
 PIECE_LEAST = 4
 

@@ -39,7 +39,7 @@ from duo.drafting.sources import Sources, SyncDrafts, ThreadDrafts
 from duo.errors import IncompatibleModels, UsageError
 from duo.llama.backend import Model
 from duo.llama.grammar import Grammar
-from duo.service.config import ModelConfig, SpecConfig
+from duo.session.config import ModelConfig, SpecConfig
 
 
 def check_compatible(main: Model, draft: Model) -> None:

@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from duo.errors import UsageError
+from duo.lead.tools.calls import CLOSE, OPEN
 from duo.llama.grammar import json_schema_rules, unenforced
-from duo.service.tools import CLOSE, OPEN
 
 
 def call_schema(tool: dict[str, Any], index: int = 0) -> dict[str, Any]:

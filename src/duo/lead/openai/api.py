@@ -5,14 +5,14 @@
     GET  /v1/models             the served model
     GET  /health                liveness, connected drafters, queue
     GET  /metrics               Prometheus text format
-    WS   /v1/drafter            the drafter channel (duo.protocol)
+    WS   /v1/drafter            the drafter channel (duo.channel.protocol)
     POST /tokenize, /detokenize, /apply-template; GET /props
-                                llama-server's extension endpoints (duo.service.extensions)
-    GET  /openapi.json          the OpenAPI 3 description of all of these (duo.service.openapi)
+                                llama-server's extension endpoints (duo.lead.openai.extensions)
+    GET  /openapi.json          the OpenAPI 3 description of all of these (duo.lead.openai.openapi)
 
-Request parsing and response shapes live in duo.service.openai_format and
-duo.service.replies; `n` choices in duo.service.choices; tools in duo.service.tools;
-answering, whole or streamed, in duo.service.delivery.
+Request parsing and response shapes live in duo.lead.openai.format and
+duo.lead.openai.replies; `n` choices in duo.lead.openai.choices; tools in duo.lead.tools.calls;
+answering, whole or streamed, in duo.lead.openai.delivery.
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from duo.channel import protocol
 from duo.channel.endpoint import DrafterEndpoint
 from duo.core.sampling import SamplingParams
 from duo.errors import AuthError, DuoError, PromptTooLong, UsageError
-from duo.service.choices import MAX_CHOICES, choice_jobs
-from duo.service.delivery import respond
-from duo.service.extensions import Extensions
-from duo.service.lead import Lead
-from duo.service.metrics import Metrics
-from duo.service.openai_format import (
+from duo.lead.engine.lead import Lead
+from duo.lead.engine.metrics import Metrics
+from duo.lead.openai.choices import MAX_CHOICES, choice_jobs
+from duo.lead.openai.delivery import respond
+from duo.lead.openai.extensions import Extensions
+from duo.lead.openai.format import (
     chat_messages,
     checked_text,
     duo_error_response,
@@ -51,16 +51,16 @@ from duo.service.openai_format import (
     read_body,
     sampling_fields,
 )
-from duo.service.openai_sampling import (
+from duo.lead.openai.openapi import openapi_schema
+from duo.lead.openai.replies import ChatReply, CompletionReply
+from duo.lead.openai.sampling import (
     CompletionLogprobs,
     chat_logprobs,
     grammar_text,
     sampling_extras,
 )
-from duo.service.openapi import openapi_schema
-from duo.service.replies import ChatReply, CompletionReply
-from duo.service.tool_grammar import tool_call_gbnf
-from duo.service.tools import TemplateCaps, Tools, template_caps, template_messages, tool_fields
+from duo.lead.tools.calls import TemplateCaps, Tools, template_caps, template_messages, tool_fields
+from duo.lead.tools.grammar import tool_call_gbnf
 
 log = logging.getLogger(__name__)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.applications import Starlette
@@ -9,13 +10,14 @@ from starlette.applications import Starlette
 from duo.auth import as_keys
 from duo.channel.backs import Backs
 from duo.channel.endpoint import DrafterEndpoint
+from duo.core.text import Chunk
+from duo.lead.engine.lead import Lead, LeadConfig
+from duo.lead.engine.metrics import Metrics
+from duo.lead.openai.api import Api
+from duo.lead.web.feed import Feed
+from duo.lead.web.page import Web
 from duo.mailbox import Mailboxes
-from duo.service.api import Api
-from duo.service.feed import Feed
-from duo.service.lead import Console, Lead, LeadConfig
-from duo.service.metrics import Metrics
-from duo.service.session import Session
-from duo.service.web import Web
+from duo.session.session import Session
 
 
 @dataclass(frozen=True)
@@ -28,8 +30,11 @@ class LeadService:
         self.lead.close()
 
 
-def build_lead(config: LeadConfig) -> LeadService:
-    """Load the models and wire the engine, the drafter channel and the API together."""
+def build_lead(
+    config: LeadConfig, show: Callable[[int, Chunk | str], None] | None = None
+) -> LeadService:
+    """Load the models and wire the engine, the drafter channel and the API together;
+    `show` sees each slot's text as it is made."""
     backs = Backs()
     session = Session(config.models, config.spec, remote=backs, slots=config.parallel)
     try:
@@ -43,9 +48,13 @@ def build_lead(config: LeadConfig) -> LeadService:
             refusal=keys.drafter_refusal,
             mail=mail,
         )
-        metrics = Metrics(drafters.wire, lambda: backs.connected, session.local is not None)
-        console = Console(config.color, slots=config.parallel) if config.console else None
-        lead = Lead(session, backs, metrics, mail, console)
+        metrics = Metrics(
+            drafters.wire,
+            lambda: backs.connected,
+            session.local is not None,
+            decode_cpu=lambda: main.decode_cpu_seconds,
+        )
+        lead = Lead(session, backs, metrics, mail, show)
     except BaseException:
         session.close()
         raise

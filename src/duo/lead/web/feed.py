@@ -28,7 +28,7 @@ from typing import Any
 
 from duo.channel.backs import Backs, Remote
 from duo.core.stats import SourceStats, Stats
-from duo.service.openai_format import timings
+from duo.lead.openai.format import timings
 
 MAX_PENDING = 256  # events queued for one subscriber before it is dropped
 

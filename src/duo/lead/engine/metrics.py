@@ -14,6 +14,7 @@ class Metrics:
     wire: WireStats  # the drafter channel's counters
     drafters: Callable[[], int]  # backs connected now
     local_drafter: bool  # the lead runs a drafter of its own (-md)
+    decode_cpu: Callable[[], float] = lambda: 0.0  # the main model's Model.decode_cpu_seconds
     requests: int = 0
     requests_failed: int = 0
     total: Stats = field(default_factory=Stats)  # all finished generations
@@ -60,6 +61,13 @@ class Metrics:
             ),
             ("prefill_seconds_total", "counter", "Time evaluating prompts.", t.prefill_seconds),
             ("decode_seconds_total", "counter", "Time in verification rounds.", t.decode_seconds),
+            (
+                "main_decode_cpu_seconds_total",
+                "counter",
+                "CPU time of the thread calling the main model's llama_decode, in it "
+                "(llama.cpp's worker threads not counted).",
+                self.decode_cpu(),
+            ),
             (
                 "lead_overhead_seconds_per_round",
                 "gauge",

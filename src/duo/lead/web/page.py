@@ -2,7 +2,7 @@
 
     GET /                 the page (static/index.html)
     GET /ui/NAME          its scripts and styles (static/NAME; nothing else is served)
-    GET /v1/duo/events    the live events feed (duo.service.feed), as server-sent events
+    GET /v1/duo/events    the live events feed (duo.lead.web.feed), as server-sent events
 
 The page and its assets carry a Content-Security-Policy that allows scripts, styles and
 connections from the lead only, no inline script and no frames: model text is shown as
@@ -21,8 +21,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from duo.errors import AuthError
-from duo.service.feed import Feed
-from duo.service.openai_format import error_response
+from duo.lead.openai.format import error_response
+from duo.lead.web.feed import Feed
 
 CSP = "; ".join(
     (
@@ -54,12 +54,12 @@ EVENTS_PATH = "/v1/duo/events"
 
 
 def asset(name: str) -> bytes | None:
-    """A file of duo/service/static by its plain name; None for anything else."""
+    """A file of duo/lead/web/static by its plain name; None for anything else."""
     if not name or "/" in name or "\\" in name or name.startswith("."):
         return None
     if not any(name.endswith(suffix) for suffix in TYPES):
         return None
-    path = resources.files("duo.service").joinpath("static", name)
+    path = resources.files("duo.lead.web").joinpath("static", name)
     return path.read_bytes() if path.is_file() else None
 
 

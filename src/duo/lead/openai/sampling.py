@@ -17,8 +17,8 @@ from typing import Any
 from duo.core.logprobs import MAX_TOP_LOGPROBS, TokenLogprob
 from duo.core.sampling import SamplingParams
 from duo.errors import UsageError
+from duo.lead.openai.format import field, integer, number
 from duo.llama.grammar import JSON_OBJECT, json_schema_gbnf
-from duo.service.openai_format import field, integer, number
 
 Piece = Callable[[int], bytes]
 

@@ -1,4 +1,4 @@
-"""The lead: generation jobs, run on the engine thread (duo.service.jobs) in its slots.
+"""The lead: generation jobs, run on the engine thread (duo.lead.engine.jobs) in its slots.
 
 One engine thread owns the main model's context (the Session). Requests wait for a free
 slot (concurrent clients wait, never fail), then run as jobs whose text streams back as
@@ -9,22 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any
 
 from duo.auth import KeySpec
 from duo.channel.backs import Backs
 from duo.core.text import Chunk
 from duo.errors import PromptTooLong, UsageError
+from duo.lead.engine.jobs import Delta, Engine, Event, Job, Ticket
+from duo.lead.engine.metrics import Metrics
 from duo.llama.grammar import Grammar
 from duo.mailbox import Mailboxes
-from duo.service.config import ModelConfig, SpecConfig
-from duo.service.jobs import Delta, Engine, Event, Job, Ticket
-from duo.service.metrics import Metrics
-from duo.service.session import Session
+from duo.session.config import ModelConfig, SpecConfig
+from duo.session.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +37,6 @@ class LeadConfig:
     api_key: KeySpec = None  # one Bearer key for the API and drafters, or duo.auth.Keys
     max_body: int = 8 * 1024 * 1024  # --max-body: larger request bodies are refused (413)
     parallel: int = 1  # --parallel / -np: requests decoded together, one slot each
-    console: bool = False  # show generations on stdout, accepted draft tokens in green
-    color: bool = False
 
 
 @dataclass(frozen=True)
@@ -49,25 +46,6 @@ class ModelInfo:
     n_vocab: int
 
 
-class Console:
-    """The lead's console: each generation as it happens, accepted draft text in green.
-    With several slots, whole lines, each marked with its slot."""
-
-    def __init__(self, color: bool, out: TextIO | None = None, slots: int = 1) -> None:
-        self.color = color
-        self.out = out or sys.stdout
-        self.slots = slots
-        self._lines: dict[int, str] = {}
-
-    def show(self, slot: int, chunk: Chunk | str) -> None:
-        text = chunk if isinstance(chunk, str) else chunk.colored() if self.color else chunk.text
-        if self.slots > 1:
-            *lines, self._lines[slot] = (self._lines.get(slot, "") + text).split("\n")
-            text = "".join(f"[{slot}] {line}\n" for line in lines)
-        self.out.write(text)
-        self.out.flush()
-
-
 class Lead:
     def __init__(
         self,
@@ -75,10 +53,11 @@ class Lead:
         backs: Backs,
         metrics: Metrics,
         mail: Mailboxes,
-        console: Console | None = None,
+        show: Callable[[int, Chunk | str], None] | None = None,
     ) -> None:
         """`mail` carries the engine thread's calls to the event loop (the drafter channel
-        may share it, so that the engine hands over everything at once)."""
+        may share it, so that the engine hands over everything at once); `show` sees each
+        generation's text as it is made (the console), on the engine thread."""
         self.session = session
         self.mail = mail
         self.backs = backs
@@ -87,7 +66,7 @@ class Lead:
         self.info = ModelInfo(main.path.stem, main.n_ctx, main.n_vocab)
         self.engine = Engine(
             session,
-            show=console.show if console else None,
+            show=show,
             done=metrics.add,
             failed=metrics.fail,
             flush=self.mail.flush,

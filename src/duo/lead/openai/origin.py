@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 
 class Piece(Protocol):
-    """A piece of streamed text (duo.service.lead.Delta)."""
+    """A piece of streamed text (duo.lead.engine.lead.Delta)."""
 
     @property
     def text(self) -> str: ...

@@ -1,10 +1,10 @@
 """Delivering a request's choices: whole, once every choice is done, or streamed as SSE.
 
 `respond` runs the jobs of a request's choices on the lead and answers in OpenAI's shapes
-(duo.service.replies). Whole: the choices' texts, usage and timings, or nothing (499) if
+(duo.lead.openai.replies). Whole: the choices' texts, usage and timings, or nothing (499) if
 the client went away first, which cancels the jobs. Streamed: each choice's pieces as they
 come, tagged by index, with the `duo` field saying where each piece came from
-(duo.service.origin), then usage and timings, then [DONE].
+(duo.lead.openai.origin), then usage and timings, then [DONE].
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from duo.core.logprobs import TokenLogprob
 from duo.core.stats import Stats
 from duo.errors import GenerationFailed
-from duo.service.choices import combined, merged_events
-from duo.service.jobs import Delta, Done, Failed, Job
-from duo.service.lead import Lead
-from duo.service.openai_format import Output, sse, timings, usage
-from duo.service.origin import Origin
-from duo.service.replies import Entry, Reply
+from duo.lead.engine.jobs import Delta, Done, Failed, Job
+from duo.lead.engine.lead import Lead
+from duo.lead.openai.choices import combined, merged_events
+from duo.lead.openai.format import Output, sse, timings, usage
+from duo.lead.openai.origin import Origin
+from duo.lead.openai.replies import Entry, Reply
 
 
 async def _disconnected(request: Request) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from duo.core.logprobs import TokenLogprob
-from duo.service.tools import ToolCall, ToolCallStream, Tools, parse_tool_calls
+from duo.lead.tools.calls import ToolCall, ToolCallStream, Tools, parse_tool_calls
 
 Entry = dict[str, Any]
 Shape = Callable[[Sequence[TokenLogprob]], Any]  # logprob entries -> the `logprobs` field

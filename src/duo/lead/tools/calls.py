@@ -21,7 +21,7 @@ generated text exactly.
 
 `tool_choice` "required" and a named function show the model the tools it may call (a named
 choice shows that function alone) and hold its reply to one call to them with a grammar
-(duo.service.tool_grammar), in the form the template asks for (`TemplateCaps.tool_call_tags`).
+(duo.lead.tools.grammar), in the form the template asks for (`TemplateCaps.tool_call_tags`).
 """
 
 from __future__ import annotations

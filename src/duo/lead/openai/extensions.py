@@ -27,10 +27,10 @@ from starlette.responses import JSONResponse, Response
 from duo import __version__
 from duo.core.sampling import SamplingParams
 from duo.errors import UsageError
-from duo.service.openai_format import checked_text, field, read_body
+from duo.lead.openai.format import checked_text, field, read_body
 
 if TYPE_CHECKING:
-    from duo.service.api import Api
+    from duo.lead.openai.api import Api
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 

@@ -1,0 +1,1 @@
+"""The lead's web page and its live events feed."""

@@ -1,0 +1,2 @@
+"""`duo lead --rpc`: a supervisor that keeps the API up while the lead worker that owns the
+rpc-servers restarts."""
