@@ -163,14 +163,17 @@ def test_health_answers_while_near_limit_prompts_are_processed(lead: str) -> Non
     ]
     answers: list[httpx.Response] = []
     errors: list[BaseException] = []
+    durations: list[float] = []
 
     def send(path: str, body: dict[str, Any]) -> None:
         data = json.dumps(body, ensure_ascii=False).encode()
         assert MAX_BODY - MiB < len(data) <= MAX_BODY
+        started = time.monotonic()
         try:
             answers.append(httpx.post(f"{lead}{path}", content=data, timeout=120))
         except BaseException as e:
             errors.append(e)
+        durations.append(time.monotonic() - started)
 
     threads = [threading.Thread(target=send, args=b, daemon=True) for b in bodies]
     latencies: list[float] = []
@@ -187,7 +190,10 @@ def test_health_answers_while_near_limit_prompts_are_processed(lead: str) -> Non
         t.join(5)
     assert not errors, errors
     assert len(answers) == len(bodies)
-    assert max(latencies) < 2.0, f"/health took {max(latencies):.1f} s: {latencies}"
+    # Measured against the requests themselves, so a slow or loaded host scales both: a
+    # loop that tokenized (or parsed) a body itself would hold /health for about as long.
+    most = max(2.0, max(durations) / 4)
+    assert max(latencies) < most, f"/health took {max(latencies):.1f} s: {latencies}, {durations}"
     for r in answers:  # none of them can fit a 4096-token context
         assert_error(r, 400, "context_length_exceeded")
     r = httpx.post(f"{lead}/v1/completions", json={"prompt": "a, b,", "max_tokens": 2}, timeout=60)

@@ -1,0 +1,96 @@
+"""The package's imports run downward: each layer imports only the layers below it, and
+no module imports a module that imports it back (TYPE_CHECKING imports count too)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import duo
+
+SRC = Path(duo.__file__).parent.parent
+
+# Lowest first. Packages of one layer do not import each other.
+LAYERS = (
+    ("errors",),
+    ("net", "auth", "mailbox"),
+    ("core",),  # the algorithm: pure functions and the engine, no I/O
+    ("llama",),  # the llama.cpp adapter
+    ("drafting",),  # drafters in this process
+    ("channel",),  # the drafter channel
+    ("session",),  # models + draft sources + policy, for a lead, the CLI or the bench
+    ("lead", "supervisor", "bench"),  # the server, its rpc supervisor, the measuring tools
+    ("cli",),
+    ("__main__",),
+)
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in (SRC / "duo").rglob("*.py"):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imports(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """Each module's imports of other duo modules (a name imported from a package counts as
+    its module where it is one)."""
+
+    def resolve(name: str) -> str:
+        while name not in mods:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph = {}
+    for name, path in mods.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                deps |= {resolve(a.name) for a in node.names if a.name.startswith("duo.")}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module == "duo" or node.module.startswith("duo."):
+                    for a in node.names:
+                        full = f"{node.module}.{a.name}"
+                        deps.add(full if full in mods else resolve(node.module))
+        graph[name] = deps - {name, "duo"}
+    return graph
+
+
+def package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_every_package_has_a_layer() -> None:
+    placed = {p for layer in LAYERS for p in layer}
+    assert {package(m) for m in modules()} - {"duo"} <= placed
+
+
+def test_imports_run_downward() -> None:
+    level = {p: i for i, layer in enumerate(LAYERS) for p in layer}
+    upward = sorted(
+        f"{m} imports {d}"
+        for m, deps in imports(modules()).items()
+        for d in deps
+        if package(m) != package(d) and level[package(d)] >= level[package(m)]
+    )
+    assert not upward
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    graph = imports(modules())
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            m = todo.pop()
+            if m == goal:
+                return True
+            if m not in seen:
+                seen.add(m)
+                todo += graph.get(m, ())
+        return False
+
+    circles = sorted(f"{m} <-> {d}" for m, deps in graph.items() for d in deps if reaches(d, m))
+    assert not circles
