@@ -48,11 +48,10 @@ def imports(mods: dict[str, Path]) -> dict[str, set[str]]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 deps |= {resolve(a.name) for a in node.names if a.name.startswith("duo.")}
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                if node.module == "duo" or node.module.startswith("duo."):
-                    for a in node.names:
-                        full = f"{node.module}.{a.name}"
-                        deps.add(full if full in mods else resolve(node.module))
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "duo":
+                for a in node.names:
+                    full = f"{node.module}.{a.name}"
+                    deps.add(full if full in mods else resolve(str(node.module)))
         graph[name] = deps - {name, "duo"}
     return graph
 
