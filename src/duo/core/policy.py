@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -357,41 +356,3 @@ class AdaptivePolicy:
             self._resting -= 1
         if drafted:
             self.acceptance.observe(drafted, accepted)
-
-
-class Decoder(Protocol):
-    @property
-    def tokens(self) -> list[int]: ...
-
-    def decode(self, tokens: list[int], *, all_logits: bool = True) -> object: ...
-
-    def truncate(self, n: int) -> None: ...
-
-
-def calibrate(
-    model: Decoder,
-    max_batch: int,
-    repeats: int = 3,
-    context: int = 8,
-    all_logits: bool = True,
-    extra: Iterable[int] = (),
-) -> CostModel:
-    """Measure the model's pass time for batch sizes 1..max_batch and `extra` (about a
-    second for 9 sizes), after `context` tokens (a pass costs more the longer the context:
-    attention), with logits for every position (a verification) or for the last only (a
-    drafter catching up)."""
-    base = len(model.tokens)
-    filler = 100  # any valid token: only the timing matters
-    model.decode([filler] * max(1, context), all_logits=False)  # warm up, with context
-    start = len(model.tokens)
-    seconds: dict[int, float] = {}
-    for batch in [*range(1, max_batch + 1), *extra]:
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            model.decode([filler] * batch, all_logits=all_logits)
-            times.append(time.perf_counter() - t0)
-            model.truncate(start)
-        seconds[batch] = sorted(times)[len(times) // 2]
-    model.truncate(base)
-    return CostModel(seconds)
