@@ -97,6 +97,7 @@ class PerSource:
         costs: CostModel,
         always_ready: frozenset[str] = frozenset(),
         learnt: dict[str, StreakAcceptance] | None = None,
+        explore_every: int = 8,
     ) -> None:
         self.costs = costs
         # Sources (by name) that propose whenever they have something and never rest (the
@@ -108,6 +109,7 @@ class PerSource:
         # Acceptance counts by source and grade, shared with the other slots' choosers
         # (each slot has its own streaks and rests): four slots learn four times as fast.
         self.learnt = {} if learnt is None else learnt
+        self.explore_every = explore_every  # the other sources' (see AdaptivePolicy)
         self.policies: dict[str, AdaptivePolicy] = {}
         self._restful: dict[str, AdaptivePolicy] = {}  # those of sources that can rest
 
@@ -115,7 +117,7 @@ class PerSource:
         if key not in self.policies:
             explores = key.split("/")[0] not in self.always_ready  # the key: source/grade
             acceptance = StreakAcceptance(shared=self._learnt(key))
-            every = 8 if explores else None
+            every = self.explore_every if explores else None
             policy = self.policies[key] = AdaptivePolicy(self.costs, acceptance, every)
             if explores:
                 self._restful[key] = policy

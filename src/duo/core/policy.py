@@ -169,9 +169,11 @@ class StreakAcceptance:
         shared: StreakAcceptance | None = None,
         parent: StreakAcceptance | None = None,
     ) -> None:
-        """`shared`: learn into its counts, with a streak of one's own (the policies of
-        several slots for one source: what a source's drafts are worth is learnt by all,
-        each slot's streak is its own). `parent`: the prior of each table (Acceptance)."""
+        """`shared`: learn into its counts, with a streak of one's own that starts where
+        the shared one's stands (the policies of several slots for one source: what a
+        source's drafts are worth is learnt by all, each slot's streak is its own; counts
+        learnt from a recorded trace end in a streak or not). `parent`: the prior of each
+        table (Acceptance)."""
         self.after_whole: Acceptance
         self.after_rejection: Acceptance
         if shared is not None:
@@ -182,7 +184,7 @@ class StreakAcceptance:
             )
             self.after_whole = Acceptance(prior, weight, whole)
             self.after_rejection = Acceptance(prior, weight, rejection)
-        self.streak = False
+        self.streak: bool = shared.streak if shared is not None else False
 
     def observe(self, drafted: int, accepted: int) -> None:
         if not drafted:
