@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from duo.core.choice import PerSource
+from duo.core.choice import AdaptivePolicy, PerSource
 from duo.core.draft import Proposal
-from duo.core.policy import Acceptance, AdaptivePolicy, CostModel, StreakAcceptance, best_length
+from duo.core.policy import Acceptance, CostModel, StreakAcceptance, best_length
 
 
 def test_cheap_batches_verify_the_whole_draft() -> None:

@@ -1,4 +1,4 @@
-"""How much of a ready draft to verify: the choice that maximises tokens per second.
+"""The policy's maths: how much of a ready draft to verify for the most tokens per second.
 
 Verifying a draft of length L costs one main-model pass over L+1 tokens, cost(L+1),
 and yields 1 + a1 + a1*a2 + ... + a1*...*aL tokens on average, where ai is the chance
@@ -7,6 +7,10 @@ yields 1 token for cost(1). On hardware where a batch costs barely more than one
 (GPUs, big models, memory-bound CPUs) the best L is the whole draft; where it does not
 (small models on compute-bound CPUs), short or unlikely drafts are skipped, so a
 drafter never makes the lead slower than the main model alone.
+
+Pure: the cost model, the acceptance estimates, the expected tokens and the best length,
+with no I/O and no clock. The choosers built on them, which the engine and the simulator
+both drive, are in duo.core.choice; the measured costs come from duo.llama.calibrate.
 """
 
 from __future__ import annotations
@@ -233,128 +237,3 @@ def best_length(
         if rate > best_rate:
             best, best_rate = n, rate
     return best
-
-
-class Policy(Protocol):
-    def choose(self, available: int, base: tuple[float, int] = (0.0, 0)) -> int: ...
-
-    @property
-    def wants_drafts(self) -> bool:
-        """False while the drafter should rest: its drafts have not been worth verifying
-        for a while, and on a shared machine drafting slows the main model down."""
-        ...
-
-    def observe(self, drafted: int, accepted: int, next_agreed: bool | None = None) -> None:
-        """A round verified `drafted` tokens and accepted `accepted`. When the
-        draft offered was longer and all of the verified part was accepted, next_agreed
-        says whether its next token equals the main model's own token: a free look at one
-        more position (after a skipped draft, at the first one)."""
-
-
-class FixedPolicy:
-    """Verify every draft token offered (classic speculative decoding)."""
-
-    wants_drafts = True
-
-    def choose(self, available: int, base: tuple[float, int] = (0.0, 0)) -> int:
-        return available
-
-    def observe(self, drafted: int, accepted: int, next_agreed: bool | None = None) -> None:
-        pass
-
-
-class AdaptivePolicy:
-    """Verify the draft prefix with the best expected throughput (see module doc).
-
-    Now and then an offered draft is verified whole anyway, so the acceptance estimates
-    stay current even when drafts are usually skipped. Exploring costs a batched pass, so
-    while the policy keeps finding drafts not worth verifying it explores half as often
-    each time (every `explore_every`-th offer at first, every `explore_max`-th at most),
-    and goes back to `explore_every` as soon as drafts pay again (`explore_every=None`:
-    never, for sources whose every proposal is compared with the emitted tokens anyway).
-
-    A drafter whose drafts are skipped still costs the main model speed when the two share
-    a machine (caches, memory bandwidth). After `rest_after` rounds in a row without a draft
-    worth verifying (none ready, or none that pays), the policy asks the drafter to rest
-    for a number of rounds (`rest_rounds` at first, twice as many each time it wakes up to
-    drafts that still do not pay, up to `rest_max`), then to draft again and be judged
-    anew.
-    """
-
-    def __init__(
-        self,
-        costs: CostModel,
-        acceptance: AcceptanceModel | None = None,
-        explore_every: int | None = 8,
-        explore_max: int = 64,
-        rest_after: int = 16,
-        rest_rounds: int = 32,
-        rest_max: int = 256,
-    ):
-        self.costs = costs
-        self.acceptance = acceptance or StreakAcceptance()
-        self.explore_every = explore_every
-        self.explore_max = max(explore_max, explore_every or 0)
-        self._interval = explore_every or 0
-        self._until_explore = explore_every or 0
-        self.rest_after = rest_after
-        self.rest_rounds = rest_rounds
-        self.rest_max = max(rest_max, rest_rounds)
-        self._declined = 0  # rounds in a row without a draft worth verifying
-        self._rest = rest_rounds  # the next rest's length
-        self._resting = 0  # rounds of the current rest still to go
-
-    @property
-    def wants_drafts(self) -> bool:
-        return self._resting == 0
-
-    def choose(self, available: int, base: tuple[float, int] = (0.0, 0)) -> int:
-        """How many of `available` draft tokens to verify, in a pass that also holds
-        `base` (duo.core.choice.Base) for other generations."""
-        if available == 0:
-            self.decline()
-            return 0
-        best = best_length(available, self.costs.cost, self.acceptance.p, base)
-        if best > 0:
-            self._interval = self.explore_every or 0  # drafts pay: keep the estimates fresh
-            self._declined, self._rest = 0, self.rest_rounds
-        else:
-            self.decline()
-        if self.explore_every is None:
-            return best
-        self._until_explore -= 1
-        if self._until_explore <= 0:
-            if best == 0:  # still not worth it: look again later than last time
-                self._interval = min(2 * self._interval, self.explore_max)
-            self._until_explore = self._interval
-            return available
-        return best
-
-    def decline(self) -> None:
-        """This round verifies no draft of this policy's (none ready, or none that pays,
-        or another source's pays more)."""
-        if self._resting:
-            return
-        self._declined += 1
-        if self._declined >= self.rest_after:
-            self._declined, self._resting = 0, self._rest
-            self._rest = min(2 * self._rest, self.rest_max)
-
-    def observe(self, drafted: int, accepted: int, next_agreed: bool | None = None) -> None:
-        """A round verified `drafted` of this source's tokens (the pass's cost is the
-        chooser's to record) and accepted `accepted`."""
-        if self._resting:
-            self._resting -= 1
-        if next_agreed is not None and accepted == drafted:
-            drafted, accepted = drafted + 1, accepted + next_agreed
-        if drafted:
-            self.acceptance.observe(drafted, accepted)
-
-    def observe_free(self, drafted: int, accepted: int) -> None:
-        """A round that verified another source's draft (or none): this source's own
-        proposal, compared with the tokens the round emitted, still shows whether its
-        first `drafted` tokens agreed (`accepted` of them did) at no cost."""
-        if self._resting:
-            self._resting -= 1
-        if drafted:
-            self.acceptance.observe(drafted, accepted)
