@@ -15,13 +15,13 @@ from duo.bench.sim import (
     RIGHT,
     WRONG,
     Drafter,
-    Trace,
     proposals,
     simulate,
     simulate_async,
     simulate_sync,
     simulate_target,
 )
+from duo.bench.trace import Trace
 from duo.cli.main import main
 from duo.core.draft import Proposal
 from duo.core.policy import CostModel
