@@ -11,9 +11,11 @@ STAMP := $(VENV)/.duo-installed
 PIN := $(shell $(PYTHON) -c "import os; print('--pin 0:1' if len(os.sched_getaffinity(0)) > 1 else '')" 2>/dev/null)
 
 # The web page's tests drive Chromium: Debian's package, unless DUO_CHROMIUM names a binary.
+# Its scripts' unit tests run under Node.js (18 or later): Debian's package, unless one is
+# on the PATH.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup models browser demo test unit lint clean
+.PHONY: setup models browser node demo test unit lint clean
 
 setup: $(STAMP)
 
@@ -33,6 +35,12 @@ browser:
 	    $(SUDO) apt-get install -y --no-install-recommends chromium \
 	    || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends chromium; }; }
 
+node:
+	@command -v node >/dev/null || { \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    $(SUDO) apt-get install -y --no-install-recommends nodejs \
+	    || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends nodejs; }; }
+
 demo: models
 	$(BIN)/duo demo $(PIN)
 
@@ -44,7 +52,7 @@ lint: setup
 unit: setup
 	$(BIN)/python -m pytest tests/unit -q
 
-test: lint models browser
+test: lint models browser node
 	$(BIN)/python -m pytest -q
 
 clean:

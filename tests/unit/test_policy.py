@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from duo.core.policy import Acceptance, AdaptivePolicy, CostModel, StreakAcceptance, best_length
+from duo.core.choice import AdaptivePolicy, PerSource
+from duo.core.draft import Proposal
+from duo.core.policy import Acceptance, CostModel, StreakAcceptance, best_length
 
 
 def test_cheap_batches_verify_the_whole_draft() -> None:
@@ -195,3 +197,32 @@ def test_a_drafter_whose_drafts_pay_never_rests() -> None:
     for _ in range(50):
         assert policy.choose(8) > 0 and policy.wants_drafts
         policy.observe(8, 8, 0.011)
+
+
+def test_a_slots_streak_starts_where_the_shared_counts_stand() -> None:
+    # Counts learnt from a recorded trace end in a streak (or not); a policy sharing them
+    # starts there, then keeps a streak of its own while learning into the shared counts.
+    learnt = StreakAcceptance(prior=0.5)
+    learnt.observe(4, 4)
+    slot = StreakAcceptance(shared=learnt)
+    assert slot.streak and slot.current is learnt.after_whole
+    slot.observe(4, 1)
+    assert not slot.streak and learnt.streak
+    # The cut draft came during the streak: counted in the shared after-whole table.
+    assert learnt.after_whole.tested[:3] == [1, 1, 0]  # positions 0 and 1 tested, 0 right
+    assert learnt.after_whole.accepted[:2] == [1, 0]
+    assert not StreakAcceptance(shared=StreakAcceptance()).streak
+
+
+def test_per_source_explores_a_source_that_does_not_pay_as_often_as_asked() -> None:
+    def verified(explore_every: int) -> list[int]:
+        learnt = {"model": StreakAcceptance(prior=0.1)}
+        chooser = PerSource(
+            CostModel({1: 0.01, 2: 0.05}), learnt=learnt, explore_every=explore_every
+        )
+        offer = [Proposal("model", (1, 2, 3))]
+        return [i for i in range(12) if chooser.choose(offer).n]
+
+    assert verified(4) == [3, 11]  # the 4th offer, then 8 later (backing off)
+    assert verified(8) == [7]
+    assert verified(10**9) == []

@@ -11,14 +11,19 @@ import pytest
 from duo.bench.profiles import SEEDS, DeviceProfile, bench_profile
 from duo.bench.projections import project_seeds, seeds_table
 from duo.bench.sim import (
+    DRAFTER,
+    RIGHT,
+    WRONG,
     Drafter,
-    Trace,
+    proposals,
     simulate,
     simulate_async,
     simulate_sync,
     simulate_target,
 )
+from duo.bench.trace import Trace
 from duo.cli.main import main
+from duo.core.draft import Proposal
 from duo.core.policy import CostModel
 from duo.errors import UsageError
 
@@ -218,6 +223,14 @@ def test_a_lead_service_adds_its_cpu_per_token_to_its_rounds() -> None:
     assert lead_back.ms / lead_back.tokens == pytest.approx(10.5)
     in_process = simulate("async", trace(0, rounds=50), busy, k=8, max_ahead=1)
     assert in_process.ms / in_process.tokens == pytest.approx(10.0)
+
+
+def test_the_drafters_guesses_reach_the_lead_as_one_sources_proposal() -> None:
+    # The lead's own chooser sees them: how many agree with the main model from the
+    # round's start, then a token it rejects.
+    assert proposals(2, 4) == [Proposal(DRAFTER, (RIGHT, RIGHT, WRONG, WRONG))]
+    assert proposals(5, 3) == [Proposal(DRAFTER, (RIGHT,) * 3)]
+    assert proposals(3, 0) == []  # nothing ready: no proposal
 
 
 def test_the_drafter_guesses_ahead_then_idles() -> None:

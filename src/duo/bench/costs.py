@@ -20,8 +20,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from duo.core.policy import calibrate
 from duo.llama.backend import Model
+from duo.llama.calibrate import calibrate
 from duo.session.config import ModelConfig, SpecConfig
 from duo.session.session import Session, pinned
 

@@ -12,13 +12,13 @@ from typing import Any
 from duo.bench.profiles import SEEDS, DeviceProfile, SeedSetup
 from duo.bench.sim import (
     SIM_MODES,
-    Trace,
     simulate,
     simulate_clients,
     simulate_free,
     simulate_sync,
     simulate_target,
 )
+from duo.bench.trace import Trace
 from duo.errors import UsageError
 
 # -- projections -----------------------------------------------------------------------

@@ -28,13 +28,15 @@ Modelling assumptions (each one is a simplification of the real engine):
    main pass is slowed only for the part of it during which the drafter is busy.
 4. The network (lead+back) delays every message, commits to the drafter and drafts to the
    lead, by one-way latency + MESSAGE_BYTES / bandwidth.
-5. The adaptive policy knows the costs and the acceptance up front (the steady state the
-   real one learns: per position, apart after whole and after cut drafts); it is
-   policy.AdaptivePolicy itself, so it explores like the lead does (an offered draft
-   verified whole now and then, less often while drafts do not pay) and learns from every
-   round as the lead does, including the free look at a skipped draft's first token; when
-   it asks an in-process drafter to rest, the simulated one rests too (a back never does),
-   and when it wakes it evaluates the commits it missed in one batch (draft_ms_by_batch).
+5. The policy is the lead's own chooser (duo.core.choice), offered the drafter's guesses
+   as one source's proposal each round: Longest (fixed) or PerSource (adaptive). The
+   adaptive one knows the costs and the acceptance up front (the steady state the real
+   one learns: per position, apart after whole and after cut drafts); otherwise it
+   explores like the lead does (an offered draft verified whole now and then, less often
+   while drafts do not pay) and learns from every round as the lead does, including the
+   free look at a skipped draft's first token; when it asks an in-process drafter to
+   rest, the simulated one rests too (a back never does), and when it wakes it evaluates
+   the commits it missed in one batch (draft_ms_by_batch).
 6. Free drafters (n-gram lookup, the suffix cache) cost no device time: their rounds,
    as a bench's free-1 run recorded them (drafted, accepted), are replayed on the
    profile's main-model costs, plus the lead's measured time per round outside the pass
@@ -58,77 +60,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from duo.bench.profiles import DeviceProfile
-from duo.core.policy import (
-    Acceptance,
-    AdaptivePolicy,
-    CostModel,
-    FixedPolicy,
-    Policy,
-    StreakAcceptance,
-)
+from duo.bench.trace import Trace, check_k
+from duo.core.choice import Chooser, Longest, PerSource
+from duo.core.draft import Proposal
+from duo.core.policy import CostModel
 from duo.errors import UsageError
 
 SIM_MODES = ("target-1", "sync", "async", "lead+back")
-
-# -- acceptance traces -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Trace:
-    """Agreement lengths: per round of a sync run with fixed k, how many consecutive draft
-    tokens the main model accepted from the round's start (k means "k or more")."""
-
-    lengths: tuple[int, ...]
-    k: int
-
-    def __post_init__(self) -> None:
-        if self.k <= 0 or any(not 0 <= a <= self.k for a in self.lengths):
-            raise UsageError(f"agreement lengths must lie in 0..k (k={self.k})")
-
-    @classmethod
-    def from_rounds(cls, rounds: Sequence[Sequence[int]], k: int) -> Trace:
-        """From bench (drafted, accepted) pairs. Rounds that drafted nothing (the last token
-        of a generation) carry no information; a shorter draft at the end of a generation
-        that was accepted whole counts as that many (a lower bound)."""
-        return cls(tuple(min(int(a), k) for d, a in rounds if int(d) > 0), k)
-
-    def acceptance(self) -> Acceptance:
-        """Chance that draft position i is accepted given the ones before it were."""
-        acc = Acceptance()
-        for a in self.lengths:
-            acc.observe(self.k, a)
-        return acc
-
-    def streak_acceptance(self) -> StreakAcceptance:
-        """The acceptance the adaptive policy learns, apart after whole and cut drafts."""
-        acc = StreakAcceptance()
-        for a in self.lengths:
-            acc.observe(self.k, a)
-        return acc
-
-    def matches(self) -> list[bool]:
-        """The match flag of every position of the text (assumption 1 in the module doc)."""
-        bonus_rate = self.acceptance().p(self.k - 1)
-        flags: list[bool] = []
-        credit = 0.0  # error diffusion: the filled flags match at bonus_rate, no randomness
-        for a in self.lengths:
-            flags += [True] * a
-            if a < self.k:
-                flags.append(False)  # the main model's correction
-            else:
-                credit += bonus_rate
-                flags.append(credit >= 0.5)
-                credit -= flags[-1]
-        return flags
-
-    def runs(self) -> list[int]:
-        """runs[p] = how many draft tokens from position p the main model would accept."""
-        flags = self.matches()
-        runs = [0] * (len(flags) + 1)
-        for p in range(len(flags) - 1, -1, -1):
-            runs[p] = runs[p + 1] + 1 if flags[p] else 0
-        return runs[:-1]
-
+DRAFTER = "model"  # the source of the simulated drafter's proposals
+RIGHT, WRONG = 1, 0  # the main model's token at every position; a draft token it rejects
 
 # -- the modes -------------------------------------------------------------------------
 
@@ -307,21 +247,21 @@ def simulate_async(
     drafter = Drafter(
         runs, profile.draft_ms * slow, lambda n: profile.catchup_batch_ms(n) * slow, max_ahead
     )
-    choose = _policy(policy, trace, profile, explore_every)
+    chooser = _chooser(policy, trace, profile, explore_every)
     result = SimResult("lead+back" if network else "async")
     t, position = 0.0, 0
     while position < len(runs):
-        drafter.rest(t, not network and not choose.wants_drafts)  # backs never rest
+        drafter.rest(t, not network and DRAFTER in chooser.resting)  # backs never rest
         drafter.advance(t)
-        offered = min(drafter.offer(t, position, delay), k)
-        length = choose.choose(offered)
+        offered = proposals(runs[position], min(drafter.offer(t, position, delay), k))
+        choice = chooser.choose(offered)
+        length = choice.n
         accepted = min(runs[position], length)
-        next_agreed = runs[position] > length if offered > length else None
         start = t
         t = main_pass_end(t, profile.main_ms(length + 1), drafter, profile)
-        choose.observe(length, accepted, next_agreed)
-        if isinstance(choose, AdaptivePolicy):  # the pass as measured, slowed or not
-            choose.costs.observe(length + 1, t - start)  # costs in ms here
+        emitted = (RIGHT,) * (accepted + 1)  # the accepted draft, then the main model's own
+        # The pass as measured, slowed or not (costs in ms here).
+        chooser.observe(choice.proposal, length, accepted, t - start, offered, emitted, length + 1)
         if network:
             t += profile.lead_cpu_ms_per_token * (accepted + 1)
         result.add_round(length, accepted)
@@ -345,19 +285,24 @@ def main_pass_end(start: float, work_ms: float, drafter: Drafter, profile: Devic
         t = drafter.free_at
 
 
-def _policy(name: str, trace: Trace, profile: DeviceProfile, explore_every: int) -> Policy:
+def proposals(run: int, offered: int) -> list[Proposal]:
+    """What the lead holds from the drafter: `offered` tokens, of which the first `run`
+    agree with the main model (none offered: no proposal)."""
+    if not offered:
+        return []
+    return [Proposal(DRAFTER, (RIGHT,) * min(run, offered) + (WRONG,) * (offered - run))]
+
+
+def _chooser(name: str, trace: Trace, profile: DeviceProfile, explore_every: int) -> Chooser:
+    """The lead's own policy (assumption 5): every ready draft (fixed), or what pays, on
+    acceptance known up front from the trace (adaptive)."""
     if name == "fixed":
-        return FixedPolicy()
+        return Longest()
     costs = CostModel({n: profile.main_ms(n) for n in range(1, trace.k + 2)})
-    return AdaptivePolicy(costs, trace.streak_acceptance(), explore_every=explore_every)
-
-
-def check_k(trace: Trace, k: int) -> None:
-    if not 1 <= k <= trace.k:
-        raise UsageError(
-            f"--k {k}: the trace was recorded with k={trace.k} and tells nothing about "
-            f"acceptance past {trace.k} tokens (use 1..{trace.k})"
-        )
+    learnt = {DRAFTER: trace.streak_acceptance()}
+    chooser = PerSource(costs, learnt=learnt, explore_every=explore_every)
+    chooser.policy(DRAFTER)  # rounds without a draft count towards a rest from the first
+    return chooser
 
 
 def simulate(

@@ -31,7 +31,8 @@ from duo.bench.costs import Profiler
 from duo.bench.llamacpp import NGRAM_TYPES
 from duo.bench.profiles import DeviceProfile
 from duo.bench.runners import InProcess, LeadBack, LlamaCpp, Prompt, Runner, prompt_tokens
-from duo.bench.sim import Trace, simulate_async
+from duo.bench.sim import simulate_async
+from duo.bench.trace import Trace
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.errors import UsageError

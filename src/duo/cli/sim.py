@@ -19,7 +19,7 @@ from duo.bench.projections import (
     project_seeds,
     seeds_table,
 )
-from duo.bench.sim import check_k
+from duo.bench.trace import check_k
 from duo.cli.args import client_counts, positive
 from duo.errors import UsageError
 

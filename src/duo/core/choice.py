@@ -1,8 +1,11 @@
-"""Which proposal a round verifies when several draft sources propose at once.
+"""The policy: which proposal a round verifies, and how much of it (`Chooser`).
 
-Classic speculative decoding verifies the longest proposal whole (`Longest`). The adaptive
-choice (`PerSource`) runs duo.core.policy's AdaptivePolicy once per source and grade and
-verifies the proposal with the most expected tokens per second.
+The engine asks a Chooser every round, with whatever the draft sources propose (several
+at once, or none); the simulator (duo.bench.sim) drives the same choosers with its one
+drafter's proposals. Classic speculative decoding verifies the longest proposal whole
+(`Longest`). The adaptive choice (`PerSource`) runs an AdaptivePolicy once per source and
+grade, on the estimates of duo.core.policy, and verifies the proposal with the most
+expected tokens per second.
 """
 
 from __future__ import annotations
@@ -11,7 +14,13 @@ from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from duo.core.draft import Proposal, common_prefix
-from duo.core.policy import AdaptivePolicy, CostModel, StreakAcceptance, expected_tokens
+from duo.core.policy import (
+    AcceptanceModel,
+    CostModel,
+    StreakAcceptance,
+    best_length,
+    expected_tokens,
+)
 
 
 class Base(NamedTuple):
@@ -80,6 +89,104 @@ class Longest:
         pass
 
 
+class AdaptivePolicy:
+    """One source's policy: verify the draft prefix with the best expected throughput
+    (duo.core.policy.best_length).
+
+    Now and then an offered draft is verified whole anyway, so the acceptance estimates
+    stay current even when drafts are usually skipped. Exploring costs a batched pass, so
+    while the policy keeps finding drafts not worth verifying it explores half as often
+    each time (every `explore_every`-th offer at first, every `explore_max`-th at most),
+    and goes back to `explore_every` as soon as drafts pay again (`explore_every=None`:
+    never, for sources whose every proposal is compared with the emitted tokens anyway).
+
+    A drafter whose drafts are skipped still costs the main model speed when the two share
+    a machine (caches, memory bandwidth). After `rest_after` rounds in a row without a draft
+    worth verifying (none ready, or none that pays), the policy asks the drafter to rest
+    for a number of rounds (`rest_rounds` at first, twice as many each time it wakes up to
+    drafts that still do not pay, up to `rest_max`), then to draft again and be judged
+    anew.
+    """
+
+    def __init__(
+        self,
+        costs: CostModel,
+        acceptance: AcceptanceModel | None = None,
+        explore_every: int | None = 8,
+        explore_max: int = 64,
+        rest_after: int = 16,
+        rest_rounds: int = 32,
+        rest_max: int = 256,
+    ):
+        self.costs = costs
+        self.acceptance = acceptance or StreakAcceptance()
+        self.explore_every = explore_every
+        self.explore_max = max(explore_max, explore_every or 0)
+        self._interval = explore_every or 0
+        self._until_explore = explore_every or 0
+        self.rest_after = rest_after
+        self.rest_rounds = rest_rounds
+        self.rest_max = max(rest_max, rest_rounds)
+        self._declined = 0  # rounds in a row without a draft worth verifying
+        self._rest = rest_rounds  # the next rest's length
+        self._resting = 0  # rounds of the current rest still to go
+
+    @property
+    def wants_drafts(self) -> bool:
+        return self._resting == 0
+
+    def choose(self, available: int, base: tuple[float, int] = (0.0, 0)) -> int:
+        """How many of `available` draft tokens to verify, in a pass that also holds
+        `base` (duo.core.choice.Base) for other generations."""
+        if available == 0:
+            self.decline()
+            return 0
+        best = best_length(available, self.costs.cost, self.acceptance.p, base)
+        if best > 0:
+            self._interval = self.explore_every or 0  # drafts pay: keep the estimates fresh
+            self._declined, self._rest = 0, self.rest_rounds
+        else:
+            self.decline()
+        if self.explore_every is None:
+            return best
+        self._until_explore -= 1
+        if self._until_explore <= 0:
+            if best == 0:  # still not worth it: look again later than last time
+                self._interval = min(2 * self._interval, self.explore_max)
+            self._until_explore = self._interval
+            return available
+        return best
+
+    def decline(self) -> None:
+        """This round verifies no draft of this policy's (none ready, or none that pays,
+        or another source's pays more)."""
+        if self._resting:
+            return
+        self._declined += 1
+        if self._declined >= self.rest_after:
+            self._declined, self._resting = 0, self._rest
+            self._rest = min(2 * self._rest, self.rest_max)
+
+    def observe(self, drafted: int, accepted: int, next_agreed: bool | None = None) -> None:
+        """A round verified `drafted` of this source's tokens (the pass's cost is the
+        chooser's to record) and accepted `accepted`."""
+        if self._resting:
+            self._resting -= 1
+        if next_agreed is not None and accepted == drafted:
+            drafted, accepted = drafted + 1, accepted + next_agreed
+        if drafted:
+            self.acceptance.observe(drafted, accepted)
+
+    def observe_free(self, drafted: int, accepted: int) -> None:
+        """A round that verified another source's draft (or none): this source's own
+        proposal, compared with the tokens the round emitted, still shows whether its
+        first `drafted` tokens agreed (`accepted` of them did) at no cost."""
+        if self._resting:
+            self._resting -= 1
+        if drafted:
+            self.acceptance.observe(drafted, accepted)
+
+
 class PerSource:
     """The adaptive policy per source: each round verifies the proposal with the most
     expected tokens per second, from acceptance learnt per source and grade.
@@ -97,6 +204,7 @@ class PerSource:
         costs: CostModel,
         always_ready: frozenset[str] = frozenset(),
         learnt: dict[str, StreakAcceptance] | None = None,
+        explore_every: int = 8,
     ) -> None:
         self.costs = costs
         # Sources (by name) that propose whenever they have something and never rest (the
@@ -108,6 +216,7 @@ class PerSource:
         # Acceptance counts by source and grade, shared with the other slots' choosers
         # (each slot has its own streaks and rests): four slots learn four times as fast.
         self.learnt = {} if learnt is None else learnt
+        self.explore_every = explore_every  # the other sources' (see AdaptivePolicy)
         self.policies: dict[str, AdaptivePolicy] = {}
         self._restful: dict[str, AdaptivePolicy] = {}  # those of sources that can rest
 
@@ -115,7 +224,7 @@ class PerSource:
         if key not in self.policies:
             explores = key.split("/")[0] not in self.always_ready  # the key: source/grade
             acceptance = StreakAcceptance(shared=self._learnt(key))
-            every = 8 if explores else None
+            every = self.explore_every if explores else None
             policy = self.policies[key] = AdaptivePolicy(self.costs, acceptance, every)
             if explores:
                 self._restful[key] = policy

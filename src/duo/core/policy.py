@@ -1,4 +1,4 @@
-"""How much of a ready draft to verify: the choice that maximises tokens per second.
+"""The policy's maths: how much of a ready draft to verify for the most tokens per second.
 
 Verifying a draft of length L costs one main-model pass over L+1 tokens, cost(L+1),
 and yields 1 + a1 + a1*a2 + ... + a1*...*aL tokens on average, where ai is the chance
@@ -7,14 +7,17 @@ yields 1 token for cost(1). On hardware where a batch costs barely more than one
 (GPUs, big models, memory-bound CPUs) the best L is the whole draft; where it does not
 (small models on compute-bound CPUs), short or unlikely drafts are skipped, so a
 drafter never makes the lead slower than the main model alone.
+
+Pure: the cost model, the acceptance estimates, the expected tokens and the best length,
+with no I/O and no clock. The choosers built on them, which the engine and the simulator
+both drive, are in duo.core.choice; the measured costs come from duo.llama.calibrate.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -170,9 +173,11 @@ class StreakAcceptance:
         shared: StreakAcceptance | None = None,
         parent: StreakAcceptance | None = None,
     ) -> None:
-        """`shared`: learn into its counts, with a streak of one's own (the policies of
-        several slots for one source: what a source's drafts are worth is learnt by all,
-        each slot's streak is its own). `parent`: the prior of each table (Acceptance)."""
+        """`shared`: learn into its counts, with a streak of one's own that starts where
+        the shared one's stands (the policies of several slots for one source: what a
+        source's drafts are worth is learnt by all, each slot's streak is its own; counts
+        learnt from a recorded trace end in a streak or not). `parent`: the prior of each
+        table (Acceptance)."""
         self.after_whole: Acceptance
         self.after_rejection: Acceptance
         if shared is not None:
@@ -183,7 +188,7 @@ class StreakAcceptance:
             )
             self.after_whole = Acceptance(prior, weight, whole)
             self.after_rejection = Acceptance(prior, weight, rejection)
-        self.streak = False
+        self.streak: bool = shared.streak if shared is not None else False
 
     def observe(self, drafted: int, accepted: int) -> None:
         if not drafted:
@@ -232,166 +237,3 @@ def best_length(
         if rate > best_rate:
             best, best_rate = n, rate
     return best
-
-
-class Policy(Protocol):
-    def choose(self, available: int, base: tuple[float, int] = (0.0, 0)) -> int: ...
-
-    @property
-    def wants_drafts(self) -> bool:
-        """False while the drafter should rest: its drafts have not been worth verifying
-        for a while, and on a shared machine drafting slows the main model down."""
-        ...
-
-    def observe(self, drafted: int, accepted: int, next_agreed: bool | None = None) -> None:
-        """A round verified `drafted` tokens and accepted `accepted`. When the
-        draft offered was longer and all of the verified part was accepted, next_agreed
-        says whether its next token equals the main model's own token: a free look at one
-        more position (after a skipped draft, at the first one)."""
-
-
-class FixedPolicy:
-    """Verify every draft token offered (classic speculative decoding)."""
-
-    wants_drafts = True
-
-    def choose(self, available: int, base: tuple[float, int] = (0.0, 0)) -> int:
-        return available
-
-    def observe(self, drafted: int, accepted: int, next_agreed: bool | None = None) -> None:
-        pass
-
-
-class AdaptivePolicy:
-    """Verify the draft prefix with the best expected throughput (see module doc).
-
-    Now and then an offered draft is verified whole anyway, so the acceptance estimates
-    stay current even when drafts are usually skipped. Exploring costs a batched pass, so
-    while the policy keeps finding drafts not worth verifying it explores half as often
-    each time (every `explore_every`-th offer at first, every `explore_max`-th at most),
-    and goes back to `explore_every` as soon as drafts pay again (`explore_every=None`:
-    never, for sources whose every proposal is compared with the emitted tokens anyway).
-
-    A drafter whose drafts are skipped still costs the main model speed when the two share
-    a machine (caches, memory bandwidth). After `rest_after` rounds in a row without a draft
-    worth verifying (none ready, or none that pays), the policy asks the drafter to rest
-    for a number of rounds (`rest_rounds` at first, twice as many each time it wakes up to
-    drafts that still do not pay, up to `rest_max`), then to draft again and be judged
-    anew.
-    """
-
-    def __init__(
-        self,
-        costs: CostModel,
-        acceptance: AcceptanceModel | None = None,
-        explore_every: int | None = 8,
-        explore_max: int = 64,
-        rest_after: int = 16,
-        rest_rounds: int = 32,
-        rest_max: int = 256,
-    ):
-        self.costs = costs
-        self.acceptance = acceptance or StreakAcceptance()
-        self.explore_every = explore_every
-        self.explore_max = max(explore_max, explore_every or 0)
-        self._interval = explore_every or 0
-        self._until_explore = explore_every or 0
-        self.rest_after = rest_after
-        self.rest_rounds = rest_rounds
-        self.rest_max = max(rest_max, rest_rounds)
-        self._declined = 0  # rounds in a row without a draft worth verifying
-        self._rest = rest_rounds  # the next rest's length
-        self._resting = 0  # rounds of the current rest still to go
-
-    @property
-    def wants_drafts(self) -> bool:
-        return self._resting == 0
-
-    def choose(self, available: int, base: tuple[float, int] = (0.0, 0)) -> int:
-        """How many of `available` draft tokens to verify, in a pass that also holds
-        `base` (duo.core.choice.Base) for other generations."""
-        if available == 0:
-            self.decline()
-            return 0
-        best = best_length(available, self.costs.cost, self.acceptance.p, base)
-        if best > 0:
-            self._interval = self.explore_every or 0  # drafts pay: keep the estimates fresh
-            self._declined, self._rest = 0, self.rest_rounds
-        else:
-            self.decline()
-        if self.explore_every is None:
-            return best
-        self._until_explore -= 1
-        if self._until_explore <= 0:
-            if best == 0:  # still not worth it: look again later than last time
-                self._interval = min(2 * self._interval, self.explore_max)
-            self._until_explore = self._interval
-            return available
-        return best
-
-    def decline(self) -> None:
-        """This round verifies no draft of this policy's (none ready, or none that pays,
-        or another source's pays more)."""
-        if self._resting:
-            return
-        self._declined += 1
-        if self._declined >= self.rest_after:
-            self._declined, self._resting = 0, self._rest
-            self._rest = min(2 * self._rest, self.rest_max)
-
-    def observe(self, drafted: int, accepted: int, next_agreed: bool | None = None) -> None:
-        """A round verified `drafted` of this source's tokens (the pass's cost is the
-        chooser's to record) and accepted `accepted`."""
-        if self._resting:
-            self._resting -= 1
-        if next_agreed is not None and accepted == drafted:
-            drafted, accepted = drafted + 1, accepted + next_agreed
-        if drafted:
-            self.acceptance.observe(drafted, accepted)
-
-    def observe_free(self, drafted: int, accepted: int) -> None:
-        """A round that verified another source's draft (or none): this source's own
-        proposal, compared with the tokens the round emitted, still shows whether its
-        first `drafted` tokens agreed (`accepted` of them did) at no cost."""
-        if self._resting:
-            self._resting -= 1
-        if drafted:
-            self.acceptance.observe(drafted, accepted)
-
-
-class Decoder(Protocol):
-    @property
-    def tokens(self) -> list[int]: ...
-
-    def decode(self, tokens: list[int], *, all_logits: bool = True) -> object: ...
-
-    def truncate(self, n: int) -> None: ...
-
-
-def calibrate(
-    model: Decoder,
-    max_batch: int,
-    repeats: int = 3,
-    context: int = 8,
-    all_logits: bool = True,
-    extra: Iterable[int] = (),
-) -> CostModel:
-    """Measure the model's pass time for batch sizes 1..max_batch and `extra` (about a
-    second for 9 sizes), after `context` tokens (a pass costs more the longer the context:
-    attention), with logits for every position (a verification) or for the last only (a
-    drafter catching up)."""
-    base = len(model.tokens)
-    filler = 100  # any valid token: only the timing matters
-    model.decode([filler] * max(1, context), all_logits=False)  # warm up, with context
-    start = len(model.tokens)
-    seconds: dict[int, float] = {}
-    for batch in [*range(1, max_batch + 1), *extra]:
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            model.decode([filler] * batch, all_logits=all_logits)
-            times.append(time.perf_counter() - t0)
-            model.truncate(start)
-        seconds[batch] = sorted(times)[len(times) // 2]
-    model.truncate(base)
-    return CostModel(seconds)

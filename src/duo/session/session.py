@@ -31,13 +31,14 @@ from contextlib import contextmanager
 from duo.core.choice import Chooser, Longest, PerSource
 from duo.core.engine import DraftPool, DraftSource, Generation, NoDrafts, Round, run
 from duo.core.logprobs import TokenLogprob
-from duo.core.policy import CostModel, StreakAcceptance, calibrate
+from duo.core.policy import CostModel, StreakAcceptance
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.drafting.lookup import NGRAM, SUFFIX, NgramDrafts, SuffixDrafts, SuffixMemory
 from duo.drafting.sources import Sources, SyncDrafts, ThreadDrafts
 from duo.errors import IncompatibleModels, UsageError
 from duo.llama.backend import Model
+from duo.llama.calibrate import calibrate
 from duo.llama.grammar import Grammar
 from duo.session.config import ModelConfig, SpecConfig
 
