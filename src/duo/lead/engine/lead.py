@@ -35,7 +35,10 @@ class LeadConfig:
     host: str = "127.0.0.1"  # --host: loopback unless the user says otherwise
     port: int = 5555  # --port
     api_key: KeySpec = None  # one Bearer key for the API and drafters, or duo.auth.Keys
-    max_body: int = 8 * 1024 * 1024  # --max-body: larger request bodies are refused (413)
+    # --max-body: larger request bodies are refused (413). A full 128K-token context of
+    # JSON-escaped text, with room to spare, and little enough that a hostile body costs the
+    # lead only a few tens of megabytes while it is read.
+    max_body: int = 8 * 1024 * 1024
     parallel: int = 1  # --parallel / -np: requests decoded together, one slot each
 
 

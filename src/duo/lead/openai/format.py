@@ -42,11 +42,6 @@ def duo_error_response(e: DuoError) -> JSONResponse:
 
 # -- request parsing ----------------------------------------------------------------------
 
-# The largest request body `duo lead` accepts by default (--max-body): a full 128K-token
-# context of JSON-escaped text, with room to spare, and little enough that a hostile body
-# costs the lead only a few tens of megabytes while it is parsed.
-DEFAULT_MAX_BODY = 8 * 1024 * 1024
-
 MAX_STOP_CHARS = 1024  # the longest stop string (holding text back costs its length squared)
 MAX_SEED = 2**64 - 1
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -58,7 +53,7 @@ def too_large(limit: int) -> RequestTooLarge:
     )
 
 
-async def read_body(request: Request, limit: int = DEFAULT_MAX_BODY) -> dict[str, Any]:
+async def read_body(request: Request, limit: int) -> dict[str, Any]:
     """The JSON object in the body, read without ever holding more than `limit` bytes.
 
     A declared Content-Length over the limit is refused before a byte is read; a chunked
