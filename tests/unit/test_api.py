@@ -13,11 +13,13 @@ import pytest
 from openapi_spec_validator import validate
 from starlette.routing import Route, WebSocketRoute
 
+from duo.channel.backs import Backs
 from duo.core.stats import Stats
 from duo.lead.engine.jobs import Delta, Done, Job
 from duo.lead.engine.lead import ModelInfo
 from duo.lead.openai.api import Api
-from duo.lead.openai.openapi import openapi_schema
+from duo.lead.web.feed import Feed
+from duo.lead.web.page import Web
 from duo.supervisor.supervise import Supervisor, Worker
 from tests.unit.test_tools import QWEN25, SMOLLM2, WEATHER, renderer
 
@@ -337,29 +339,6 @@ def test_every_error_has_openai_shape_and_status() -> None:
     assert_error(r["400-json"], 400)
 
 
-def test_openapi_document_is_valid_and_covers_every_route() -> None:
-    lead = ScriptedLead()
-    schema = openapi_schema()
-    validate(schema)  # raises on any departure from the OpenAPI 3.0 schema
-    api = Api(lead, None, None, lambda h: True, 1 << 20)  # type: ignore[arg-type]
-    served: set[tuple[str, str]] = set()
-    for route in api.app().routes:
-        if isinstance(route, WebSocketRoute):
-            served.add((route.path, "get"))
-        else:
-            assert isinstance(route, Route)
-            methods = route.methods or {"GET"}
-            served |= {(route.path, m.lower()) for m in methods if m != "HEAD"}
-    described = {(path, method) for path, ops in schema["paths"].items() for method in ops}
-    assert served == described
-
-    async def go() -> dict[str, Any]:
-        async with client(lead) as c:
-            return (await c.get("/openapi.json")).json()  # type: ignore[no-any-return]
-
-    assert run(go()) == json.loads(json.dumps(schema))
-
-
 def test_a_lead_whose_worker_is_down_answers_503_in_openai_shape() -> None:
     """`duo lead --rpc`: while the worker that owns the model (re)starts."""
     supervisor = Supervisor(Worker(["never-started"], 1))
@@ -374,51 +353,38 @@ def test_a_lead_whose_worker_is_down_answers_503_in_openai_shape() -> None:
     assert r.headers["retry-after"] == "2"
 
 
-class Recording(dict):  # type: ignore[type-arg]
-    """A request body that records which fields the parsers look at."""
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.seen: set[str] = set()
-
-    def get(self, key: str, default: Any = None) -> Any:
-        self.seen.add(key)
-        return super().get(key, default)
-
-    def __getitem__(self, key: str) -> Any:
-        self.seen.add(key)
-        return super().__getitem__(key)
+# -- the OpenAPI document -------------------------------------------------------------------
 
 
-def test_every_request_field_the_lead_reads_is_in_the_openapi_document() -> None:
-    from duo.core.sampling import GREEDY
-    from duo.lead.openai.format import chat_messages, output_fields, sampling_fields
-    from duo.lead.openai.sampling import grammar_text, sampling_extras
-    from duo.lead.tools.calls import tool_fields
+def app_with_the_page(lead: ScriptedLead) -> Any:
+    """The app as duo lead serves it: the API and the web page's routes."""
+    feed = Feed(Backs(), dict, dict, int)
+    api = Api(lead, None, None, lambda h: True, 1 << 20)  # type: ignore[arg-type]
+    return api.app(Web(feed, lambda h: True).routes())
 
-    schemas = openapi_schema()["components"]["schemas"]
-    for name, parsers in [
-        (
-            "CompletionRequest",
-            [
-                lambda b: sampling_fields(b, 16, 256),
-                lambda b: sampling_extras(b, GREEDY, 1000, chat=False),
-                grammar_text,
-            ],
-        ),
-        (
-            "ChatCompletionRequest",
-            [
-                lambda b: sampling_fields(b, 16, 256),
-                lambda b: sampling_extras(b, GREEDY, 1000, chat=True),
-                grammar_text,
-                chat_messages,
-                tool_fields,
-            ],
-        ),
-    ]:
-        body = Recording({"messages": [{"role": "user", "content": "hi"}]})
-        for parse in [*parsers, lambda b: output_fields(b, 128)]:
-            parse(body)
-        described = set(schemas[name]["properties"])
-        assert body.seen - {"messages", "functions", "function_call"} <= described, name
+
+def get_document(lead: ScriptedLead) -> dict[str, Any]:
+    async def go() -> dict[str, Any]:
+        transport = httpx.ASGITransport(app=app_with_the_page(lead))
+        async with httpx.AsyncClient(transport=transport, base_url="http://lead") as c:
+            r = await c.get("/openapi.json")
+            assert r.status_code == 200, r.text
+            return r.json()  # type: ignore[no-any-return]
+
+    return run(go())  # type: ignore[no-any-return]
+
+
+def test_openapi_document_is_valid_and_covers_every_route() -> None:
+    schema = get_document(ScriptedLead())
+    validate(schema)  # raises on any departure from the OpenAPI 3.1 schema
+    served: set[tuple[str, str]] = set()
+    for route in app_with_the_page(ScriptedLead()).routes:
+        if isinstance(route, WebSocketRoute):
+            served.add((route.path, "get"))
+        else:
+            assert isinstance(route, Route)
+            methods = route.methods or {"GET"}
+            served |= {(route.path, m.lower()) for m in methods if m != "HEAD"}
+    described = {(path, method) for path, ops in schema["paths"].items() for method in ops}
+    assert served == described
+    assert {"/", "/ui/{name}", "/v1/duo/events", "/health", "/metrics"} <= set(schema["paths"])

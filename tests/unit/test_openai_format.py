@@ -1,4 +1,5 @@
-"""Request parsing of the lead's API: hostile bodies are 4xx DuoErrors, never other exceptions."""
+"""Request parsing of the lead's API (bodies decoded into the typed requests): hostile bodies
+are 4xx DuoErrors naming the field, never other exceptions."""
 
 from __future__ import annotations
 
@@ -12,17 +13,28 @@ import pytest
 from starlette.requests import Request
 
 from duo.errors import DuoError, http_status
-from duo.lead.openai.format import (
-    MAX_SEED,
-    Output,
-    chat_messages,
-    output_fields,
-    parse_json,
-    read_body,
-    sampling_fields,
-)
+from duo.lead.openai.body import decode, read_body
+from duo.lead.openai.chat import ChatRequest
+from duo.lead.openai.requests import MAX_SEED, CompletionRequest, Output
 
 N_CTX = 4096
+N_VOCAB = 1000
+
+
+def parse_json(raw: bytes) -> CompletionRequest:
+    return decode(raw, CompletionRequest)
+
+
+def completion(**body: Any) -> CompletionRequest:
+    return decode(json.dumps({"prompt": "hi", **body}).encode(), CompletionRequest)
+
+
+def output_fields(body: dict[str, Any]) -> Output:
+    return completion(**body).output()
+
+
+def chat_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return decode(json.dumps(body).encode(), ChatRequest).template_messages()
 
 
 @contextmanager
@@ -113,14 +125,15 @@ def test_a_streamed_body_is_cut_off_as_soon_as_it_passes_the_limit() -> None:
 def test_a_body_at_the_limit_is_read() -> None:
     body = json.dumps({"prompt": "x" * 980}).encode()
     req, _ = request([body[:500], body[500:]], {"content-length": str(len(body))})
-    assert asyncio.run(read_body(req, len(body))) == {"prompt": "x" * 980}
+    assert asyncio.run(read_body(req, len(body))) == body
 
 
 # -- sampling fields -----------------------------------------------------------------------
 
 
 def sampling(**body: Any) -> tuple[int, list[str], Any]:
-    return sampling_fields(body, 16, N_CTX)
+    request = completion(**body)
+    return request.max_new_tokens(N_CTX), request.stops(), request.sampling(N_CTX, N_VOCAB)
 
 
 def test_seed_minus_one_means_random_as_in_llama_cpp() -> None:
@@ -211,14 +224,14 @@ def test_bad_values_are_400_naming_the_field(param: str, value: Any) -> None:
 )
 def test_bad_output_fields_are_400_naming_the_field(param: str, value: Any) -> None:
     with refused(400, param):
-        output_fields({param: value}, 128)
+        output_fields({param: value})
 
 
 def test_output_fields() -> None:
-    assert output_fields({}, 128) == Output(1, False, False)
+    assert output_fields({}) == Output(1, False, False)
     body = {"n": 128, "stream": True, "stream_options": {"include_usage": True}, "user": "u"}
-    assert output_fields(body, 128) == Output(128, True, True)
-    assert output_fields({"stream": True, "stream_options": None}, 128) == Output(1, True, False)
+    assert output_fields(body) == Output(128, True, True)
+    assert output_fields({"stream": True, "stream_options": None}) == Output(1, True, False)
 
 
 # -- chat messages -------------------------------------------------------------------------
