@@ -1,11 +1,13 @@
 """The lead's API at its seam: a scripted lead behind the real Starlette app (httpx's ASGI
-transport): `n` choices, stream options, tool calls in and out, error shapes, OpenAPI."""
+transport): `n` choices, stream options, tool calls in and out, llama-server's extension
+endpoints, error shapes, and the OpenAPI document against what the lead does."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+import math
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx
@@ -13,22 +15,34 @@ import pytest
 from openapi_spec_validator import validate
 from starlette.routing import Route, WebSocketRoute
 
+from duo.channel.backs import Backs
 from duo.core.stats import Stats
 from duo.lead.engine.jobs import Delta, Done, Job
-from duo.lead.engine.lead import ModelInfo
+from duo.lead.engine.lead import ModelInfo, Props
 from duo.lead.openai.api import Api
-from duo.lead.openai.openapi import openapi_schema
+from duo.lead.web.feed import Feed
+from duo.lead.web.page import Web
+from duo.session.config import SpecConfig
 from duo.supervisor.supervise import Supervisor, Worker
 from tests.unit.test_tools import QWEN25, SMOLLM2, WEATHER, renderer
 
 N_VOCAB = 1000
+N_CTX = 256
+# The scripted vocabulary: token 1 + c is the character c; these stand for more.
+SPECIAL = {0: b"<|im_end|>", N_VOCAB - 2: b"\xe2\x82", N_VOCAB - 1: b"\xac"}
 
 
 class ScriptedLead:
     """Generates `script(job)` in a few deltas; records the jobs it ran."""
 
-    def __init__(self, template: str = SMOLLM2, script: Callable[[Job], str] | None = None):
-        self.info = ModelInfo("scripted", 256, N_VOCAB)
+    def __init__(
+        self,
+        template: str = SMOLLM2,
+        script: Callable[[Job], str] | None = None,
+        n_ctx: int = N_CTX,
+    ):
+        self.info = ModelInfo("scripted", n_ctx, N_VOCAB)
+        self.template = template
         self.render = renderer(template)
         self.script = script or (lambda job: f"seed {job.sampling.seed} says hello.")
         self.jobs: list[Job] = []
@@ -38,6 +52,16 @@ class ScriptedLead:
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True):  # type: ignore[no-untyped-def]
         return [1 + ord(c) % (N_VOCAB - 1) for c in text]
+
+    def piece(self, token: int) -> bytes:
+        return SPECIAL.get(token) or chr(token - 1).encode()
+
+    def special_piece(self, token: int) -> bytes:
+        return self.piece(token)
+
+    def props(self) -> Props:
+        spec = SpecConfig(mode="sync", draft_max=6, spec_types=frozenset({"ngram", "model"}))
+        return Props("/m/scripted.gguf", self.template, "<s>", "</s>", 2, spec, True, 3)
 
     def check_fits(self, prompt: list[int]) -> None:
         pass
@@ -337,29 +361,6 @@ def test_every_error_has_openai_shape_and_status() -> None:
     assert_error(r["400-json"], 400)
 
 
-def test_openapi_document_is_valid_and_covers_every_route() -> None:
-    lead = ScriptedLead()
-    schema = openapi_schema()
-    validate(schema)  # raises on any departure from the OpenAPI 3.0 schema
-    api = Api(lead, None, None, lambda h: True, 1 << 20)  # type: ignore[arg-type]
-    served: set[tuple[str, str]] = set()
-    for route in api.app().routes:
-        if isinstance(route, WebSocketRoute):
-            served.add((route.path, "get"))
-        else:
-            assert isinstance(route, Route)
-            methods = route.methods or {"GET"}
-            served |= {(route.path, m.lower()) for m in methods if m != "HEAD"}
-    described = {(path, method) for path, ops in schema["paths"].items() for method in ops}
-    assert served == described
-
-    async def go() -> dict[str, Any]:
-        async with client(lead) as c:
-            return (await c.get("/openapi.json")).json()  # type: ignore[no-any-return]
-
-    assert run(go()) == json.loads(json.dumps(schema))
-
-
 def test_a_lead_whose_worker_is_down_answers_503_in_openai_shape() -> None:
     """`duo lead --rpc`: while the worker that owns the model (re)starts."""
     supervisor = Supervisor(Worker(["never-started"], 1))
@@ -374,51 +375,240 @@ def test_a_lead_whose_worker_is_down_answers_503_in_openai_shape() -> None:
     assert r.headers["retry-after"] == "2"
 
 
-class Recording(dict):  # type: ignore[type-arg]
-    """A request body that records which fields the parsers look at."""
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.seen: set[str] = set()
-
-    def get(self, key: str, default: Any = None) -> Any:
-        self.seen.add(key)
-        return super().get(key, default)
-
-    def __getitem__(self, key: str) -> Any:
-        self.seen.add(key)
-        return super().__getitem__(key)
+# -- llama-server's extension endpoints -----------------------------------------------------
 
 
-def test_every_request_field_the_lead_reads_is_in_the_openapi_document() -> None:
-    from duo.core.sampling import GREEDY
-    from duo.lead.openai.format import chat_messages, output_fields, sampling_fields
-    from duo.lead.openai.sampling import grammar_text, sampling_extras
-    from duo.lead.tools.calls import tool_fields
+def test_tokenize_and_detokenize() -> None:
+    async def go() -> list[httpx.Response]:
+        async with client(ScriptedLead()) as c:
+            return [
+                await c.post("/tokenize", json={"content": "hi"}),
+                await c.post("/tokenize", json={"content": ["h", 0, "i"], "with_pieces": True}),
+                await c.post("/tokenize", json={}),
+                await c.post("/detokenize", json={"tokens": [105, 0, N_VOCAB - 2, N_VOCAB - 1]}),
+                await c.post("/tokenize", json={"content": [N_VOCAB - 2], "with_pieces": None}),
+                await c.post("/tokenize", json={"content": [N_VOCAB - 2], "with_pieces": True}),
+            ]
 
-    schemas = openapi_schema()["components"]["schemas"]
-    for name, parsers in [
-        (
-            "CompletionRequest",
-            [
-                lambda b: sampling_fields(b, 16, 256),
-                lambda b: sampling_extras(b, GREEDY, 1000, chat=False),
-                grammar_text,
-            ],
-        ),
-        (
-            "ChatCompletionRequest",
-            [
-                lambda b: sampling_fields(b, 16, 256),
-                lambda b: sampling_extras(b, GREEDY, 1000, chat=True),
-                grammar_text,
-                chat_messages,
-                tool_fields,
-            ],
-        ),
-    ]:
-        body = Recording({"messages": [{"role": "user", "content": "hi"}]})
-        for parse in [*parsers, lambda b: output_fields(b, 128)]:
-            parse(body)
-        described = set(schemas[name]["properties"])
-        assert body.seen - {"messages", "functions", "function_call"} <= described, name
+    plain, pieces, empty, text, null, partial = [r.json() for r in run(go())]
+    h, i = 1 + ord("h"), 1 + ord("i")
+    assert plain == {"tokens": [h, i]}
+    assert pieces == {
+        "tokens": [
+            {"id": h, "piece": "h"},
+            {"id": 0, "piece": "<|im_end|>"},
+            {"id": i, "piece": "i"},
+        ]
+    }
+    assert empty == {"tokens": []}
+    assert text == {"content": "h<|im_end|>€"}
+    assert null == {"tokens": [N_VOCAB - 2]}  # null: the default (no pieces)
+    assert partial == {"tokens": [{"id": N_VOCAB - 2, "piece": [0xE2, 0x82]}]}  # not UTF-8 alone
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/tokenize", {"content": 5.5}, "content"),
+        ("/tokenize", {"content": ["x", N_VOCAB]}, "content"),
+        ("/tokenize", {"content": [-1]}, "content"),
+        ("/tokenize", {"content": "x", "with_pieces": "yes"}, "with_pieces"),
+        ("/tokenize", {"content": "\ud800"}, "content"),
+        ("/detokenize", {"tokens": [N_VOCAB]}, "tokens"),
+        ("/detokenize", {"tokens": [-1]}, "tokens"),
+        ("/detokenize", {"tokens": "1 2"}, "tokens"),
+        ("/detokenize", {"tokens": None}, "tokens"),
+        ("/apply-template", {"messages": []}, "messages"),
+    ],
+)
+def test_bad_extension_fields_are_400_naming_the_field(path: str, body: Any, param: str) -> None:
+    async def go() -> httpx.Response:
+        async with client(ScriptedLead()) as c:
+            return await c.post(path, content=json.dumps(body).encode())  # "\ud800" escaped
+
+    assert_error(run(go()), 400, param)
+
+
+def test_props() -> None:
+    async def go() -> dict[str, Any]:
+        async with client(ScriptedLead(QWEN25)) as c:
+            return (await c.get("/props")).json()  # type: ignore[no-any-return]
+
+    props = run(go())
+    assert props["default_generation_settings"]["n_ctx"] == N_CTX
+    params = props["default_generation_settings"]["params"]
+    assert (params["temperature"], params["top_p"], params["seed"]) == (0.8, 0.95, -1)
+    assert params["speculative.n_max"] == 6
+    assert props["total_slots"] == 2 and props["n_vocab"] == N_VOCAB
+    assert props["model_alias"] == "scripted" and props["model_path"] == "/m/scripted.gguf"
+    assert props["chat_template"] == QWEN25
+    assert props["chat_template_caps"]["supports_tools"] is True
+    assert (props["bos_token"], props["eos_token"]) == ("<s>", "</s>")
+    assert props["speculative"] == {
+        "mode": "sync",
+        "spec_types": ["model", "ngram"],
+        "draft_max": 6,
+        "max_ahead": 12,
+        "policy": "adaptive",
+        "deterministic": False,
+        "ngram_max": 5,
+        "local_drafter": True,
+        "drafters": 3,
+    }
+
+
+# -- the OpenAPI document -------------------------------------------------------------------
+
+
+def app_with_the_page(lead: ScriptedLead) -> Any:
+    """The app as duo lead serves it: the API and the web page's routes."""
+    feed = Feed(Backs(), dict, dict, int)
+    api = Api(lead, None, None, lambda h: True, 1 << 20)  # type: ignore[arg-type]
+    return api.app(Web(feed, lambda h: True).routes())
+
+
+def get_document(lead: ScriptedLead) -> dict[str, Any]:
+    async def go() -> dict[str, Any]:
+        transport = httpx.ASGITransport(app=app_with_the_page(lead))
+        async with httpx.AsyncClient(transport=transport, base_url="http://lead") as c:
+            r = await c.get("/openapi.json")
+            assert r.status_code == 200, r.text
+            return r.json()  # type: ignore[no-any-return]
+
+    return run(go())  # type: ignore[no-any-return]
+
+
+def test_openapi_document_is_valid_and_covers_every_route() -> None:
+    schema = get_document(ScriptedLead())
+    validate(schema)  # raises on any departure from the OpenAPI 3.1 schema
+    served: set[tuple[str, str]] = set()
+    for route in app_with_the_page(ScriptedLead()).routes:
+        if isinstance(route, WebSocketRoute):
+            served.add((route.path, "get"))
+        else:
+            assert isinstance(route, Route)
+            methods = route.methods or {"GET"}
+            served |= {(route.path, m.lower()) for m in methods if m != "HEAD"}
+    described = {(path, method) for path, ops in schema["paths"].items() for method in ops}
+    assert served == described
+    assert {"/", "/ui/{name}", "/v1/duo/events", "/health", "/metrics"} <= set(schema["paths"])
+
+
+BODIES = {  # a valid request to each POST route, and the schema its body is decoded as
+    "/v1/completions": ({"prompt": "hi"}, "CompletionRequest"),
+    "/v1/chat/completions": ({"messages": [{"role": "user", "content": "hi"}]}, "ChatRequest"),
+    "/apply-template": ({"messages": [{"role": "user", "content": "hi"}]}, "ChatRequest"),
+    "/tokenize": ({"content": "hi"}, "TokenizeRequest"),
+    "/detokenize": ({"tokens": [105]}, "DetokenizeRequest"),
+}
+NEEDS = {"top_logprobs": {"logprobs": True}}  # a field valid only with another
+
+
+def items(field: str, n: int) -> list[Any]:
+    """n valid entries of an array field."""
+    if field == "messages":
+        return [{"role": "user", "content": "hi"}] * n
+    if field == "tools":
+        return [{"type": "function", "function": {"name": f"f{i}"}} for i in range(n)]
+    return ["x"] * n
+
+
+def edges(field: str, schema: dict[str, Any]) -> Iterator[tuple[Any, Any]]:
+    """(just inside, just outside) each bound the schema states."""
+    for branch in schema.get("anyOf", [schema]):
+        kind = branch.get("type")
+        if kind in ("integer", "number"):
+
+            def step(x: float, by: int, kind: str = kind) -> float:
+                return x + by if kind == "integer" else math.nextafter(x, x + by)
+
+            if "minimum" in branch:
+                yield branch["minimum"], step(branch["minimum"], -1)
+            if "exclusiveMinimum" in branch:
+                yield step(branch["exclusiveMinimum"], 1), branch["exclusiveMinimum"]
+            if "maximum" in branch:
+                yield branch["maximum"], step(branch["maximum"], 1)
+        elif kind == "string" and "maxLength" in branch:
+            yield "x" * branch["maxLength"], "x" * (branch["maxLength"] + 1)
+        elif kind == "array":
+            if "minItems" in branch:
+                yield items(field, branch["minItems"]), items(field, branch["minItems"] - 1)
+            if "maxItems" in branch:
+                yield items(field, branch["maxItems"]), items(field, branch["maxItems"] + 1)
+            for good, bad in edges(field, branch["items"]):
+                yield [good], [bad]
+        elif kind == "object" and isinstance(branch.get("additionalProperties"), dict):
+            for good, bad in edges(field, branch["additionalProperties"]):
+                yield {"1": good}, {"1": bad}
+
+
+def test_the_documents_bounds_are_the_ones_the_lead_enforces() -> None:
+    """Each bound the document states, on each request's fields: a value on the bound is
+    served, one just past it is a 400 naming the field."""
+    lead = ScriptedLead(QWEN25, n_ctx=1 << 16)  # a template that shows tools, room for them
+    document = get_document(lead)
+    schemas = document["components"]["schemas"]
+    cases = []
+    walked = set()
+    for path, (base, name) in BODIES.items():
+        body = document["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+        assert body["schema"] == {"$ref": f"#/components/schemas/{name}"}, path
+        for field, schema in schemas[name]["properties"].items():
+            for good, bad in edges(field, schema):
+                walked.add((path, field))
+                cases.append((path, {**base, **NEEDS.get(field, {}), field: good}, None))
+                cases.append((path, {**base, **NEEDS.get(field, {}), field: bad}, field))
+    for field in ("temperature", "top_p", "min_p", "repeat_penalty", "seed", "n", "stop"):
+        assert ("/v1/completions", field) in walked, field
+    assert ("/v1/chat/completions", "top_logprobs") in walked
+    assert ("/detokenize", "tokens") in walked
+
+    async def go() -> None:
+        async with client(lead) as c:
+            for path, body, param in cases:
+                r = await c.post(path, json=body)
+                if param is None:
+                    assert r.status_code == 200, (path, str(body)[:200], r.text)
+                else:
+                    assert_error(r, 400, param)
+
+    run(go())
+
+
+def test_the_documents_defaults_are_the_ones_the_lead_runs_with() -> None:
+    """A request that leaves a field out runs with the default the document states (top_p
+    0.95, ...); seed -1 is a random seed, a max_tokens of null the rest of the context."""
+    lead = ScriptedLead()
+    schemas = get_document(lead)["components"]["schemas"]
+
+    async def go(path: str, body: dict[str, Any]) -> httpx.Response:
+        async with client(lead) as c:
+            return await c.post(path, json=body)
+
+    for path in ("/v1/completions", "/v1/chat/completions"):
+        base, name = BODIES[path]
+        lead.jobs.clear()
+        response = run(go(path, base))
+        [job] = lead.jobs
+        s = job.sampling
+        runtime = {
+            "n": len(lead.jobs),
+            "stream": response.headers["content-type"].startswith("text/event-stream"),
+            "seed": -1 if s.seed is None else s.seed,
+            "max_tokens": job.max_tokens,
+            "logprobs": False if s.logprobs is None else s.logprobs,
+            **{f: getattr(s, f) for f in ("temperature", "top_k", "top_p", "min_p")},
+            **{f: getattr(s, f) for f in ("repeat_penalty", "repeat_last_n")},
+            **{f: getattr(s, f) for f in ("presence_penalty", "frequency_penalty")},
+        }
+        defaults = {f: p.get("default") for f, p in schemas[name]["properties"].items()}
+        stated = {f: d for f, d in defaults.items() if d is not None}
+        assert set(stated) <= set(runtime), set(stated) - set(runtime)  # all of them checked
+        for field, value in runtime.items():
+            if field == "max_tokens" and defaults[field] is None:
+                assert value == N_CTX, path  # null: up to the context
+            elif field == "logprobs" and defaults[field] is None:
+                assert value is False, path  # null: no logprobs
+            else:
+                assert defaults[field] == value, (path, field)
+        assert defaults["top_p"] == s.top_p == 0.95

@@ -1,4 +1,5 @@
-"""Request parsing of the lead's API: hostile bodies are 4xx DuoErrors, never other exceptions."""
+"""Request parsing of the lead's API (bodies decoded into the typed requests): hostile bodies
+are 4xx DuoErrors naming the field, never other exceptions."""
 
 from __future__ import annotations
 
@@ -9,20 +10,39 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from starlette.requests import Request
 
-from duo.errors import DuoError, http_status
-from duo.lead.openai.format import (
+from duo.errors import DuoError, UsageError, http_status
+from duo.lead.openai.body import decode, read_body
+from duo.lead.openai.chat import ChatRequest
+from duo.lead.openai.requests import (
     MAX_SEED,
+    CompletionRequest,
+    DetokenizeRequest,
     Output,
-    chat_messages,
-    output_fields,
-    parse_json,
-    read_body,
-    sampling_fields,
+    TokenizeRequest,
 )
 
 N_CTX = 4096
+N_VOCAB = 1000
+
+
+def parse_json(raw: bytes) -> CompletionRequest:
+    return decode(raw, CompletionRequest)
+
+
+def completion(**body: Any) -> CompletionRequest:
+    return decode(json.dumps({"prompt": "hi", **body}).encode(), CompletionRequest)
+
+
+def output_fields(body: dict[str, Any]) -> Output:
+    return completion(**body).output()
+
+
+def chat_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return decode(json.dumps(body).encode(), ChatRequest).template_messages()
 
 
 @contextmanager
@@ -113,14 +133,15 @@ def test_a_streamed_body_is_cut_off_as_soon_as_it_passes_the_limit() -> None:
 def test_a_body_at_the_limit_is_read() -> None:
     body = json.dumps({"prompt": "x" * 980}).encode()
     req, _ = request([body[:500], body[500:]], {"content-length": str(len(body))})
-    assert asyncio.run(read_body(req, len(body))) == {"prompt": "x" * 980}
+    assert asyncio.run(read_body(req, len(body))) == body
 
 
 # -- sampling fields -----------------------------------------------------------------------
 
 
 def sampling(**body: Any) -> tuple[int, list[str], Any]:
-    return sampling_fields(body, 16, N_CTX)
+    request = completion(**body)
+    return request.max_new_tokens(N_CTX), request.stops(), request.sampling(N_CTX, N_VOCAB)
 
 
 def test_seed_minus_one_means_random_as_in_llama_cpp() -> None:
@@ -211,14 +232,14 @@ def test_bad_values_are_400_naming_the_field(param: str, value: Any) -> None:
 )
 def test_bad_output_fields_are_400_naming_the_field(param: str, value: Any) -> None:
     with refused(400, param):
-        output_fields({param: value}, 128)
+        output_fields({param: value})
 
 
 def test_output_fields() -> None:
-    assert output_fields({}, 128) == Output(1, False, False)
+    assert output_fields({}) == Output(1, False, False)
     body = {"n": 128, "stream": True, "stream_options": {"include_usage": True}, "user": "u"}
-    assert output_fields(body, 128) == Output(128, True, True)
-    assert output_fields({"stream": True, "stream_options": None}, 128) == Output(1, True, False)
+    assert output_fields(body) == Output(128, True, True)
+    assert output_fields({"stream": True, "stream_options": None}) == Output(1, True, False)
 
 
 # -- chat messages -------------------------------------------------------------------------
@@ -261,3 +282,71 @@ def test_text_parts_are_joined() -> None:
     assert chat_messages({"messages": [{"role": "user", "content": parts}]}) == [
         {"role": "user", "content": "ab" * 50_000}
     ]
+
+
+def test_null_means_the_default_and_unknown_fields_are_ignored() -> None:
+    nulls = dict.fromkeys(("temperature", "top_p", "seed", "n", "stream", "stop", "logit_bias"))
+    request = completion(**nulls, unknown={"nested": [1, "x"]}, logprobs=None)
+    assert request.sampling(N_CTX, N_VOCAB) == completion().sampling(N_CTX, N_VOCAB)
+    assert request.output() == Output(1, False, False)
+    assert request.max_new_tokens(N_CTX) == 16  # /v1/completions' default
+    assert sampling(max_tokens=None)[0] == 16
+
+
+def test_errors_name_the_field_at_fault() -> None:
+    with refused(400, "messages"):
+        chat_messages({"messages": [{"role": "user", "content": "hi"}, {"content": "x"}]})
+    for body, param in [
+        ({"prompt": "hi", "logit_bias": {"x": 1}}, "logit_bias"),  # a key
+        ({"prompt": "hi", "logit_bias": {"1": 101}}, "logit_bias"),  # a value
+        ({"prompt": "hi", "stream_options": {"include_usage": 1}}, "stream_options"),
+        ({}, "prompt"),  # missing
+        ({"prompt": None}, "prompt"),
+    ]:
+        with refused(400, param):
+            parse_json(json.dumps(body).encode())
+    with pytest.raises(DuoError) as info:
+        parse_json(b"[]")
+    assert info.value.param is None  # the body as a whole
+
+
+# Any JSON value, with the requests' own field names among the keys to get past the top.
+FIELDS = [
+    *("prompt", "messages", "role", "content", "tools", "tool_choice", "function", "name"),
+    *("type", "text", "tool_calls", "arguments", "stop", "seed", "n", "logprobs"),
+    *("top_logprobs", "logit_bias", "response_format", "json_schema", "schema", "stream"),
+    *("stream_options", "include_usage", "tokens", "max_tokens", "temperature", "top_p"),
+]
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=5)
+    | st.sampled_from(["function", "text", "json_schema", "auto", "user", "1"]),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=3), inner, max_size=5)
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON)
+def test_any_json_body_is_a_request_or_a_usage_error_naming_a_field_it_holds(value: Any) -> None:
+    raw = json.dumps(value).encode()
+    for kind in (CompletionRequest, ChatRequest, TokenizeRequest, DetokenizeRequest):
+        try:
+            request = decode(raw, kind)
+            if isinstance(request, CompletionRequest | ChatRequest):
+                request.sampling(N_CTX, N_VOCAB)
+                request.output()
+                request.stops()
+            if isinstance(request, ChatRequest):
+                request.template_messages()
+                request.offered_tools()
+        except UsageError as e:
+            fields = set(value) if isinstance(value, dict) else set()
+            named = {e.param} - {None, "functions"}  # functions: or function_call
+            assert named <= fields | {"prompt", "messages"}, (e.param, e.message)  # or missing

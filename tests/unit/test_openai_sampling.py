@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -9,16 +10,31 @@ import pytest
 from duo.core.logprobs import TokenLogprob
 from duo.core.sampling import SamplingParams
 from duo.errors import UsageError
-from duo.lead.openai.sampling import (
-    CompletionLogprobs,
-    chat_logprobs,
-    grammar_text,
-    logit_bias,
-    sampling_extras,
-)
+from duo.lead.openai.body import decode
+from duo.lead.openai.chat import ChatRequest
+from duo.lead.openai.logprobs import CompletionLogprobs, chat_logprobs
+from duo.lead.openai.requests import CompletionRequest
 from duo.llama.grammar import JSON_OBJECT, json_schema_gbnf, nesting, unenforced
 
 PIECES = {1: b"He", 2: b"llo", 3: b" \xe2\x82", 4: b"\xac", 5: b"!"}
+USER = [{"role": "user", "content": "hi"}]
+
+
+def sampling_extras(body: dict[str, Any], n_vocab: int, *, chat: bool) -> SamplingParams:
+    """The sampler settings of a chat or completion request with these fields."""
+    full = {**body, "messages": USER} if chat else {**body, "prompt": "hi"}
+    kind = ChatRequest if chat else CompletionRequest
+    return decode(json.dumps(full).encode(), kind).sampling(256, n_vocab)
+
+
+def logit_bias(body: dict[str, Any], n_vocab: int) -> tuple[tuple[int, float], ...]:
+    return sampling_extras(body, n_vocab, chat=False).logit_bias
+
+
+def grammar_text(body: dict[str, Any]) -> str | None:
+    request = decode(json.dumps({**body, "prompt": "hi"}).encode(), CompletionRequest)
+    fmt = request.response_format
+    return None if fmt is None else fmt.gbnf()
 
 
 def test_fields_become_sampler_settings() -> None:
@@ -29,13 +45,13 @@ def test_fields_become_sampler_settings() -> None:
         "presence_penalty": 0.5,
         "frequency_penalty": -1,
     }
-    p = sampling_extras(body, SamplingParams(), 100, chat=True)
+    p = sampling_extras(body, 100, chat=True)
     assert (p.logprobs, p.logit_bias) == (4, ((3, 2.5), (7, -100.0)))
     assert (p.presence_penalty, p.frequency_penalty) == (0.5, -1.0)
-    assert sampling_extras({"logprobs": True}, SamplingParams(), 100, chat=True).logprobs == 0
-    assert sampling_extras({}, SamplingParams(), 100, chat=True).logprobs is None
-    assert sampling_extras({"logprobs": 2}, SamplingParams(), 100, chat=False).logprobs == 2
-    assert sampling_extras({"logprobs": None}, SamplingParams(), 100, chat=False).logprobs is None
+    assert sampling_extras({"logprobs": True}, 100, chat=True).logprobs == 0
+    assert sampling_extras({}, 100, chat=True).logprobs is None
+    assert sampling_extras({"logprobs": 2}, 100, chat=False).logprobs == 2
+    assert sampling_extras({"logprobs": None}, 100, chat=False).logprobs is None
 
 
 @pytest.mark.parametrize(
@@ -58,7 +74,7 @@ def test_fields_become_sampler_settings() -> None:
 )
 def test_bad_fields_are_refused(body: dict[str, Any], chat: bool) -> None:
     with pytest.raises(UsageError) as e:
-        sampling_extras(body, SamplingParams(), 100, chat=chat)
+        sampling_extras(body, 100, chat=chat)
     assert e.value.param in body
 
 

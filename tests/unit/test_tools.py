@@ -13,13 +13,14 @@ from hypothesis import strategies as st
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from duo.errors import DuoError, http_status
-from duo.lead.openai.format import chat_messages
+from duo.lead.openai.body import decode
+from duo.lead.openai.chat import ChatRequest
 from duo.lead.tools.calls import (
     ToolCallStream,
+    Tools,
     parse_tool_calls,
     template_caps,
     template_messages,
-    tool_fields,
 )
 
 # Qwen 2.5 Instruct's chat template (from llama.cpp's models/templates): it shows
@@ -67,6 +68,20 @@ WEATHER = {
 }
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
 NAMES = {"get_weather", "get_time"}
+
+
+def chat(body: dict[str, Any]) -> ChatRequest:
+    """A chat request with these fields (and a message, unless they give messages)."""
+    messages = [{"role": "user", "content": "hi"}]
+    return decode(json.dumps({"messages": messages, **body}).encode(), ChatRequest)
+
+
+def tool_fields(body: dict[str, Any]) -> Tools | None:
+    return chat(body).offered_tools()
+
+
+def chat_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return chat(body).template_messages()
 
 
 def refused(body: dict[str, Any], param: str) -> None:

@@ -26,6 +26,7 @@ from duo.cli.args import (
 from duo.cli.console import Console
 from duo.cli.progress import Spinner
 from duo.errors import CertificateError, Refused, exit_code
+from duo.lead.engine.lead import LeadConfig
 from duo.llama.rpc import setup_rpc
 from duo.net import check_port, free_port, is_loopback
 from duo.session.config import parse_pin
@@ -56,9 +57,9 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     g.add_argument(
         "--max-body",
         type=positive,
-        default=8 * 1024 * 1024,
+        default=LeadConfig.max_body,
         metavar="BYTES",
-        help="refuse request bodies larger than this with 413 (default %(default)s = 8 MiB: "
+        help="refuse request bodies larger than this with 413 (default %(default)s bytes: "
         "a 128K-token context of text, escaped as JSON, with room to spare)",
     )
     g.add_argument(
@@ -114,7 +115,6 @@ def cmd_lead(args: argparse.Namespace) -> int:
     import uvicorn
 
     from duo.lead.build import build_lead
-    from duo.lead.engine.lead import LeadConfig
 
     keys = auth_args.lead_keys(args)
     worker = bool(os.environ.get(WORKER_ENV))  # behind a supervisor, which serves the TLS

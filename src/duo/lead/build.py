@@ -58,8 +58,8 @@ def build_lead(
     except BaseException:
         session.close()
         raise
-    app = Api(lead, metrics, drafters, keys.allows_api, config.max_body).app()
     feed = Feed(backs, lead.health, lambda: metrics.total.by_source, lambda: metrics.requests)
     metrics.listeners.append(feed.finished)
-    app.router.routes.extend(Web(feed, keys.allows_api).routes())
+    web = Web(feed, keys.allows_api)
+    app = Api(lead, metrics, drafters, keys.allows_api, config.max_body).app(web.routes())
     return LeadService(lead, app, feed)

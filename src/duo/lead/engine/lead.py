@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from duo.auth import KeySpec
 from duo.channel.backs import Backs
@@ -35,7 +35,10 @@ class LeadConfig:
     host: str = "127.0.0.1"  # --host: loopback unless the user says otherwise
     port: int = 5555  # --port
     api_key: KeySpec = None  # one Bearer key for the API and drafters, or duo.auth.Keys
-    max_body: int = 8 * 1024 * 1024  # --max-body: larger request bodies are refused (413)
+    # --max-body: larger request bodies are refused (413). A full 128K-token context of
+    # JSON-escaped text, with room to spare, and little enough that a hostile body costs the
+    # lead only a few tens of megabytes while it is read.
+    max_body: int = 8 * 1024 * 1024
     parallel: int = 1  # --parallel / -np: requests decoded together, one slot each
 
 
@@ -44,6 +47,34 @@ class ModelInfo:
     name: str
     n_ctx: int
     n_vocab: int
+
+
+class Health(TypedDict):
+    """GET /health: whether the lead is up, and how busy."""
+
+    status: str
+    model: str
+    drafters: int  # backs connected
+    local_drafter: bool
+    busy: bool
+    slots: int
+    slots_busy: int
+    queued: int  # requests waiting for a slot
+    time: float
+
+
+@dataclass(frozen=True)
+class Props:
+    """The lead's settings as llama-server's /props shows them, with duo's speculation."""
+
+    model_path: str
+    chat_template: str
+    bos_token: str
+    eos_token: str
+    slots: int  # requests decoded together (--parallel)
+    spec: SpecConfig
+    local_drafter: bool
+    drafters: int  # backs connected now
 
 
 class Lead:
@@ -98,6 +129,10 @@ class Lead:
         """The bytes a token stands for."""
         return self.session.main.vocab.piece(token)
 
+    def special_piece(self, token: int) -> bytes:
+        """The same, with a special token shown by its text ("<|im_end|>")."""
+        return self.session.main.vocab.special_piece(token)
+
     def check_grammar(self, gbnf: str) -> None:
         """Raise UsageError if llama.cpp cannot parse the grammar (safe on any thread: it
         only reads the vocabulary)."""
@@ -136,7 +171,21 @@ class Lead:
             job.cancelled.set()
             self.engine.cancelled()
 
-    def health(self) -> dict[str, object]:
+    def props(self) -> Props:
+        main = self.session.main
+        bos, eos = main.vocab.special_tokens()
+        return Props(
+            model_path=str(main.path),
+            chat_template=main.vocab.chat_template() or "",
+            bos_token=bos,
+            eos_token=eos,
+            slots=self.engine.slots,
+            spec=self.session.spec,
+            local_drafter=self.session.local is not None,
+            drafters=self.backs.connected,
+        )
+
+    def health(self) -> Health:
         return {
             "status": "ok",
             "model": self.info.name,

@@ -23,7 +23,6 @@ from duo.core.stats import Stats
 from duo.lead.engine.jobs import Delta, Event, Failed, Job
 from duo.lead.engine.lead import Lead
 
-MAX_CHOICES = 128  # OpenAI's bound on `n`
 SEED_SPACE = 2**64  # seeds are 64-bit: choice seeds wrap around
 
 

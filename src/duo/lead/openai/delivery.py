@@ -23,9 +23,10 @@ from duo.errors import GenerationFailed
 from duo.lead.engine.jobs import Delta, Done, Failed, Job
 from duo.lead.engine.lead import Lead
 from duo.lead.openai.choices import combined, merged_events
-from duo.lead.openai.format import Output, sse, timings, usage
+from duo.lead.openai.format import sse, timings, usage
 from duo.lead.openai.origin import Origin
 from duo.lead.openai.replies import Entry, Reply
+from duo.lead.openai.requests import Output
 
 
 async def _disconnected(request: Request) -> None:

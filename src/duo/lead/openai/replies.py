@@ -15,19 +15,31 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from duo.core.logprobs import TokenLogprob
+from duo.lead.openai.responses import (
+    AssistantMessage,
+    CalledFunction,
+    CalledTool,
+    CalledToolDelta,
+    ChatChoice,
+    ChunkChoice,
+    CompletionChoice,
+    Delta,
+)
 from duo.lead.tools.calls import ToolCall, ToolCallStream, Tools, parse_tool_calls
 
-Entry = dict[str, Any]
+Entry = CompletionChoice | ChatChoice | ChunkChoice  # an entry of a response's `choices`
 Shape = Callable[[Sequence[TokenLogprob]], Any]  # logprob entries -> the `logprobs` field
 NO_LOGPROBS: Sequence[TokenLogprob] = ()
 
 
 class Reply(Protocol):
-    def start(self) -> list[Entry]: ...
+    def start(self) -> Sequence[Entry]: ...
 
-    def text(self, text: str, logprobs: Sequence[TokenLogprob] = NO_LOGPROBS) -> list[Entry]: ...
+    def text(
+        self, text: str, logprobs: Sequence[TokenLogprob] = NO_LOGPROBS
+    ) -> Sequence[Entry]: ...
 
-    def end(self, finish: str) -> list[Entry]: ...
+    def end(self, finish: str) -> Sequence[Entry]: ...
 
     def whole(
         self, text: str, finish: str, logprobs: Sequence[TokenLogprob] = NO_LOGPROBS
@@ -41,22 +53,24 @@ class CompletionReply:
 
     def _entry(
         self, text: str, finish: str | None, logprobs: Sequence[TokenLogprob] = NO_LOGPROBS
-    ) -> Entry:
+    ) -> CompletionChoice:
         shaped = self.shape(logprobs) if self.shape else None
         return {"index": self.index, "text": text, "logprobs": shaped, "finish_reason": finish}
 
-    def start(self) -> list[Entry]:
+    def start(self) -> list[CompletionChoice]:
         return []
 
-    def text(self, text: str, logprobs: Sequence[TokenLogprob] = NO_LOGPROBS) -> list[Entry]:
+    def text(
+        self, text: str, logprobs: Sequence[TokenLogprob] = NO_LOGPROBS
+    ) -> list[CompletionChoice]:
         return [self._entry(text, None, logprobs)]
 
-    def end(self, finish: str) -> list[Entry]:
+    def end(self, finish: str) -> list[CompletionChoice]:
         return [self._entry("", finish)]
 
     def whole(
         self, text: str, finish: str, logprobs: Sequence[TokenLogprob] = NO_LOGPROBS
-    ) -> Entry:
+    ) -> CompletionChoice:
         return self._entry(text, finish, logprobs)
 
 
@@ -68,26 +82,26 @@ class ChatReply:
         self.stream = ToolCallStream(tools.names) if tools is not None else None
         self._held: list[TokenLogprob] = []  # entries of text a tool call may hold back
 
-    def _entry(self, delta: dict[str, Any], finish: str | None = None) -> Entry:
+    def _entry(self, delta: Delta, finish: str | None = None) -> ChunkChoice:
         return {"index": self.index, "delta": delta, "logprobs": None, "finish_reason": finish}
 
-    def _with_held(self, entry: Entry) -> Entry:
+    def _with_held(self, entry: ChunkChoice) -> ChunkChoice:
         if self.shape and self._held:
             entry["logprobs"] = self.shape(self._held)
         self._held = []
         return entry
 
-    def start(self) -> list[Entry]:
+    def start(self) -> list[ChunkChoice]:
         return [self._entry({"role": "assistant", "content": ""})]
 
-    def text(self, text: str, logprobs: Sequence[TokenLogprob] = NO_LOGPROBS) -> list[Entry]:
+    def text(self, text: str, logprobs: Sequence[TokenLogprob] = NO_LOGPROBS) -> list[ChunkChoice]:
         self._held.extend(logprobs)
         if self.stream is not None:
             text = self.stream.feed(text)
         return [self._with_held(self._entry({"content": text}))] if text else []
 
-    def end(self, finish: str) -> list[Entry]:
-        out = []
+    def end(self, finish: str) -> list[ChunkChoice]:
+        out: list[ChunkChoice] = []
         if self.stream is not None:
             rest, calls = self.stream.finish()
             if rest:
@@ -101,13 +115,13 @@ class ChatReply:
 
     def whole(
         self, text: str, finish: str, logprobs: Sequence[TokenLogprob] = NO_LOGPROBS
-    ) -> Entry:
-        message: dict[str, Any] = {"role": "assistant", "content": text}
+    ) -> ChatChoice:
+        message: AssistantMessage = {"role": "assistant", "content": text}
         if self.tools is not None:
             content, calls = parse_tool_calls(text, self.tools.names)
             message["content"] = content
             if calls:
-                message["tool_calls"] = [c.as_json() for c in calls]
+                message["tool_calls"] = [_called(c) for c in calls]
                 finish = "tool_calls"
         shaped = self.shape(logprobs) if self.shape else None
         return {
@@ -118,6 +132,11 @@ class ChatReply:
         }
 
 
-def _call_deltas(calls: list[ToolCall]) -> list[dict[str, Any]]:
+def _called(call: ToolCall) -> CalledTool:
+    function: CalledFunction = {"name": call.name, "arguments": call.arguments}
+    return {"id": call.id, "type": "function", "function": function}
+
+
+def _call_deltas(calls: list[ToolCall]) -> list[CalledToolDelta]:
     """Whole calls as stream deltas, each with its position among the choice's calls."""
-    return [{"index": k, **c.as_json()} for k, c in enumerate(calls)]
+    return [{"index": k, **_called(c)} for k, c in enumerate(calls)]

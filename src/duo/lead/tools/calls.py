@@ -1,7 +1,8 @@
 """Tool calling: `tools` and `tool_choice` in, through the model's own chat template, and
 OpenAI `tool_calls` out, parsed from the generated text.
 
-    tool_fields(body)        the request's tools and tool_choice, checked (None: no tools)
+    Tools                    the tools a request offers and its tool_choice
+                             (checked by the request's type, duo.lead.openai.chat)
     template_caps(render)    whether a chat template can show tools to the model
     template_messages(...)   messages as templates expect them (tool-call arguments as objects)
     parse_tool_calls(text)   (content, calls) from a finished generation
@@ -33,10 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from duo.errors import UsageError
-
 MAX_TOOLS = 128  # OpenAI's bound
-_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 
@@ -72,78 +70,6 @@ class ToolCall:
     name: str
     arguments: str  # JSON text, as OpenAI sends it
     id: str
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
-
-
-# -- the request ----------------------------------------------------------------------------
-
-
-def tool_fields(body: dict[str, Any]) -> Tools | None:
-    """`tools` and `tool_choice`, checked; None when no tool may be called (no tools, or
-    tool_choice "none": then the tools are neither shown to the model nor parsed)."""
-    if body.get("functions") is not None or body.get("function_call") is not None:
-        raise UsageError(
-            "'functions' and 'function_call' are deprecated; use 'tools' and 'tool_choice'",
-            param="functions",
-        )
-    tools = body.get("tools")
-    choice = body.get("tool_choice")
-    if tools is None or tools == []:
-        if choice not in (None, "none", "auto"):
-            raise UsageError("'tool_choice' needs 'tools'", param="tool_choice")
-        return None
-    if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
-        raise UsageError(f"'tools' must be a list of at most {MAX_TOOLS} tools", param="tools")
-    functions = [_checked_tool(i, t) for i, t in enumerate(tools)]
-    names = [t["function"]["name"] for t in functions]
-    if len(set(names)) != len(names):
-        raise UsageError("'tools' names a function twice", param="tools")
-    if choice is None or choice == "auto":
-        return Tools(functions, "auto")
-    if choice == "none":
-        return None
-    if choice == "required":
-        return Tools(functions, "required")
-    if isinstance(choice, dict) and choice.get("type") == "function":
-        function = choice.get("function")
-        name = function.get("name") if isinstance(function, dict) else None
-        if not isinstance(name, str) or name not in names:
-            raise UsageError(
-                "'tool_choice' names a function that is not in 'tools'", param="tool_choice"
-            )
-        return Tools(functions, name)
-    raise UsageError(
-        "'tool_choice' must be 'none', 'auto', 'required' or "
-        '{"type": "function", "function": {"name": ...}}',
-        param="tool_choice",
-    )
-
-
-def _checked_tool(i: int, tool: Any) -> dict[str, Any]:
-    where = f"tools[{i}]"
-    if not isinstance(tool, dict) or tool.get("type") != "function":
-        raise UsageError(f'{where} must be {{"type": "function", "function": ...}}', param="tools")
-    function = tool.get("function")
-    if not isinstance(function, dict):
-        raise UsageError(f"{where} needs a 'function' object", param="tools")
-    name = function.get("name")
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise UsageError(
-            f"{where}: a function name is 1 to 64 letters, digits, '_', '-' or '.'", param="tools"
-        )
-    description = function.get("description")
-    if description is not None and not isinstance(description, str):
-        raise UsageError(f"{where}: 'description' must be a string", param="tools")
-    parameters = function.get("parameters")
-    if parameters is not None and not isinstance(parameters, dict):
-        raise UsageError(f"{where}: 'parameters' must be a JSON schema object", param="tools")
-    return {"type": "function", "function": function}
 
 
 # -- the template ---------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import asyncio
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from duo.channel.backs import Backs, Remote
@@ -42,7 +42,7 @@ class Feed:
     def __init__(
         self,
         backs: Backs,
-        health: Callable[[], dict[str, object]],
+        health: Callable[[], Mapping[str, object]],
         by_source: Callable[[], dict[str, SourceStats]],
         requests: Callable[[], int],
         interval: float = 1.0,
