@@ -9,6 +9,16 @@
                           ngram-cache), on every core (peers of free-all)
     llama.cpp-spec+ngram  draft-simple chained with ngram-mod (peer of async+free)
 
+Clocks. duo's modes count the wall time of their rounds, from the first generated token's
+round to the last: each round's pass, logits read, sampling, verifying and bookkeeping
+(not the prompt, not printing). llama-completion's figure is its own `eval time`: the wall
+time of its llama_decode calls after the prompt (one per token but the first, which the
+prompt's pass yields), without its sampling (about 0.1 ms a token, printed apart as
+`sampling time`) or its loop; so the peer of target-1 and target-all is timed on the
+pass alone, a shade in its favour. llama-speculative-simple's `decoded N tokens in S
+seconds` is the wall time of its whole generation loop after the prompt (drafting,
+verifying, sampling), as duo's sync mode is timed.
+
 Build them with scripts/build-llama-cpp.sh (from the sources vendored in the pinned
 llama-cpp-python), then pass `--llama-cpp-bin DIR`, or put them on PATH.
 """

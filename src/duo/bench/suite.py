@@ -72,6 +72,11 @@ class ModeResult:
     mean_acceptance_length: float
     accepted_at: list[float]
     overhead_ms_per_round: float
+    # duo's modes: a token's time split into the main model's passes (inside llama_decode)
+    # and everything else of its rounds (logits read, sampling, verifying, drafts' choice,
+    # bookkeeping); the peers' clocks do not split (see bench.llamacpp)
+    pass_ms_per_token: float | None = None
+    outside_pass_ms_per_token: float | None = None
     wire_bytes_per_token: float | None = None
     # lead+back: the lead process's CPU time outside the main model's passes (event loop,
     # drafter messages, API streaming, bookkeeping) per generated token (Linux only)
@@ -185,6 +190,11 @@ def _summarise(mode: str, runs: list[list[Stats]], ttfts: list[float], devices: 
         for s in r:
             total.merge(s)
             total.trace.extend(s.trace)
+
+    def per_token(seconds: float) -> float | None:
+        timed = total.llama_seconds > 0 and total.tokens > 0  # peers time no passes
+        return 1000 * seconds / total.tokens if timed else None
+
     return ModeResult(
         mode=mode,
         tokens_per_second=statistics.median(per_run),
@@ -194,6 +204,8 @@ def _summarise(mode: str, runs: list[list[Stats]], ttfts: list[float], devices: 
         mean_acceptance_length=total.mean_acceptance_length if total.drafted else 1.0,
         accepted_at=[a / d for a, d in zip(total.accepted_at, total.drafted_at, strict=True) if d],
         overhead_ms_per_round=total.overhead_ms_per_round,
+        pass_ms_per_token=per_token(total.llama_seconds),
+        outside_pass_ms_per_token=per_token(total.decode_seconds - total.llama_seconds),
         devices=devices,
         trace=total.trace if total.drafted else [],
         sources={
