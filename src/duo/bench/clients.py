@@ -154,6 +154,7 @@ def start(
         lead = [
             *duo, "lead", "-m", str(models.main), "--port", str(port), "--quiet",
             "--parallel", str(slots), "-c", ctx, "--draft", str(spec.draft_max),
+            "--spec-type", ",".join(sorted(spec.spec_types)) or "none",
         ]  # fmt: skip
         if name == "duo":
             return Server(name, [[*lead, "-t", every]], f"main: all cores x{every}t", url)

@@ -38,7 +38,7 @@ from duo.core.text import TextStream
 from duo.errors import DuoError, UsageError, exit_code
 from duo.llama.models import PAIRS, is_ready, prepare, verify_file
 from duo.llama.rpc import setup_rpc
-from duo.session.config import MODES, ModelConfig, SpecConfig, parse_pin
+from duo.session.config import MODES, ModelConfig, SpecConfig, parse_pin, parse_spec_types
 from duo.session.session import Session
 
 DEMO_PROMPT = "Explain the difference between concurrency and parallelism in Python."
@@ -164,6 +164,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         draft_cores=draft_cores,
         adaptive=args.policy == "adaptive",
     )
+    if args.spec_type is not None:
+        if not args.clients:
+            raise UsageError("--spec-type sets the draft sources of --clients' servers")
+        spec = replace(spec, spec_types=parse_spec_types(args.spec_type))
     models = model_config(args, need_draft=True)
     if args.clients:
         return _bench_clients(args, models, spec, prompts)
@@ -329,6 +333,12 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         choices=SERVERS,
         help="servers for --clients (default: duo's, and llama-server's with --llama-cpp-bin)",
+    )
+    g.add_argument(
+        "--spec-type",
+        metavar="TYPES",
+        help="for --clients: the draft sources of duo's servers, as duo lead takes them "
+        "('none': the main model alone; default: duo lead's)",
     )
     add_sampling_args(bench, temperature=0.0, stops=False)
     bench.set_defaults(func=cmd_bench)
