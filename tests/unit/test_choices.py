@@ -9,7 +9,7 @@ from typing import Any
 
 from duo.core.sampling import SamplingParams
 from duo.core.stats import Stats
-from duo.lead.engine.jobs import Delta, Done, Failed, Job
+from duo.lead.engine.events import Delta, Done, Failed, Job
 from duo.lead.openai.choices import choice_jobs, choice_seed, combined, merged_events
 
 

@@ -17,16 +17,16 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from duo.core.draft import common_prefix
 from duo.core.engine import Finish, Generation, Prefill, Round, step
 from duo.core.logprobs import LogprobQueue, TokenLogprob
-from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.core.text import Chunk, TextStream
 from duo.errors import DuoError
+from duo.lead.engine.events import Delta, Done, Failed, Ticket, deltas
 from duo.session.session import Session, pinned
 
 log = logging.getLogger(__name__)
@@ -39,58 +39,6 @@ log = logging.getLogger(__name__)
 # compared: docs/bench/prompt-pieces.md.
 PIECE_STRETCH = 2.5
 PIECE_LEAST = 4
-
-
-@dataclass
-class Job:
-    prompt: list[int]
-    max_tokens: int
-    stops: Sequence[str] = ()
-    sampling: SamplingParams = GREEDY
-    cancelled: threading.Event = field(default_factory=threading.Event)
-
-
-@dataclass(frozen=True)
-class Delta:
-    text: str
-    # Where the text came from: the draft source whose accepted tokens spelled it
-    # ("back:NAME", "model", "ngram", "suffix"), or None for the main model's own tokens.
-    source: str | None = None
-    tokens: int = 0  # tokens that spelled it (0 for text held back by a stop string)
-    logprobs: tuple[TokenLogprob, ...] = ()  # the tokens this text completes (if asked for)
-
-
-@dataclass(frozen=True)
-class Done:
-    finish_reason: Finish
-    stats: Stats
-
-
-@dataclass(frozen=True)
-class Failed:
-    message: str
-
-
-Event = Delta | Done | Failed
-
-
-def deltas(chunk: Chunk, r: Round) -> list[Delta]:
-    """A round's text as deltas of one origin each: what the accepted draft tokens spelled
-    (with their source), then what the main model's own token spelled."""
-    drafted = min(r.accepted, len(r.tokens))  # an end-of-generation token is not emitted
-    parts = [
-        Delta(chunk.drafted, r.source, drafted),
-        Delta(chunk.own, None, len(r.tokens) - drafted),
-    ]
-    return [d for d in parts if d.text or d.tokens]
-
-
-@dataclass(eq=False)
-class Ticket:
-    """A job and where its events go."""
-
-    job: Job
-    emit: Callable[[Event], None]
 
 
 @dataclass(eq=False)

@@ -18,7 +18,8 @@ from duo.auth import KeySpec
 from duo.channel.backs import Backs
 from duo.core.text import Chunk
 from duo.errors import PromptTooLong, UsageError
-from duo.lead.engine.jobs import Delta, Engine, Event, Job, Ticket
+from duo.lead.engine.events import Delta, Event, Job, Ticket
+from duo.lead.engine.jobs import Engine
 from duo.lead.engine.metrics import Metrics
 from duo.llama.grammar import Grammar
 from duo.mailbox import Mailboxes

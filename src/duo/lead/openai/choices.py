@@ -20,7 +20,7 @@ from collections.abc import AsyncGenerator, Sequence
 
 from duo.core.sampling import SamplingParams
 from duo.core.stats import Stats
-from duo.lead.engine.jobs import Delta, Event, Failed, Job
+from duo.lead.engine.events import Delta, Event, Failed, Job
 from duo.lead.engine.lead import Lead
 
 SEED_SPACE = 2**64  # seeds are 64-bit: choice seeds wrap around

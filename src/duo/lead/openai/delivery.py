@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from duo.core.logprobs import TokenLogprob
 from duo.core.stats import Stats
 from duo.errors import GenerationFailed
-from duo.lead.engine.jobs import Delta, Done, Failed, Job
+from duo.lead.engine.events import Delta, Done, Failed, Job
 from duo.lead.engine.lead import Lead
 from duo.lead.openai.choices import combined, merged_events
 from duo.lead.openai.format import sse, timings, usage

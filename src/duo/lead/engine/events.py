@@ -1,0 +1,66 @@
+"""What the engine is asked and what it answers: a Job, handed over as a Ticket, and the
+events its text streams back as (Delta, then Done or Failed)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from duo.core.engine import Finish, Round
+from duo.core.logprobs import TokenLogprob
+from duo.core.sampling import GREEDY, SamplingParams
+from duo.core.stats import Stats
+from duo.core.text import Chunk
+
+
+@dataclass
+class Job:
+    prompt: list[int]
+    max_tokens: int
+    stops: Sequence[str] = ()
+    sampling: SamplingParams = GREEDY
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class Delta:
+    text: str
+    # Where the text came from: the draft source whose accepted tokens spelled it
+    # ("back:NAME", "model", "ngram", "suffix"), or None for the main model's own tokens.
+    source: str | None = None
+    tokens: int = 0  # tokens that spelled it (0 for text held back by a stop string)
+    logprobs: tuple[TokenLogprob, ...] = ()  # the tokens this text completes (if asked for)
+
+
+@dataclass(frozen=True)
+class Done:
+    finish_reason: Finish
+    stats: Stats
+
+
+@dataclass(frozen=True)
+class Failed:
+    message: str
+
+
+Event = Delta | Done | Failed
+
+
+def deltas(chunk: Chunk, r: Round) -> list[Delta]:
+    """A round's text as deltas of one origin each: what the accepted draft tokens spelled
+    (with their source), then what the main model's own token spelled."""
+    drafted = min(r.accepted, len(r.tokens))  # an end-of-generation token is not emitted
+    parts = [
+        Delta(chunk.drafted, r.source, drafted),
+        Delta(chunk.own, None, len(r.tokens) - drafted),
+    ]
+    return [d for d in parts if d.text or d.tokens]
+
+
+@dataclass(eq=False)
+class Ticket:
+    """A job and where its events go."""
+
+    job: Job
+    emit: Callable[[Event], None]
