@@ -179,11 +179,11 @@ class LeadBack(Runner):
         the CPU time its engine thread spent in llama_decode (both CPU clocks: a pinned
         lead whose event loop preempts a pass makes the pass's wall time longer, not its
         CPU time)."""
-        in_model = -_metric(self.client, DECODE_CPU)  # read outside the window measured
+        decoded_before = _metric(self.client, DECODE_CPU)  # read outside the window measured
         before = _cpu_seconds(self.procs[0].pid)
         stats, ttft = _complete(self.client, self.prompts[i], self.n, self.sampling)
         after = _cpu_seconds(self.procs[0].pid)
-        in_model += _metric(self.client, DECODE_CPU)
+        in_model = _metric(self.client, DECODE_CPU) - decoded_before
         if self.lead_cpu is not None and before is not None and after is not None:
             self.lead_cpu += after - before - in_model
         else:
