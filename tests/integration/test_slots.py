@@ -114,13 +114,14 @@ def test_a_model_drafter_drafts_for_every_running_request(
     cluster: Cluster, pair: tuple[Path, Path], drafter: str
 ) -> None:
     """A lead with three slots and a model drafter as its only draft source (a back, or
-    the draft model in process): three requests decoded together each verify its drafts
-    (--policy fixed: verified whenever there are any, whatever their worth in a batch of
-    three), and they accept some. The main model and the drafter each have a core of
-    their own. Greedy counting runs every request to its 96 tokens: the drafter, ahead
-    after its first catch-up, has dozens of rounds of each request to be verified in. (A
-    sampled request, as this test once sent, could end after a few tokens, before its
-    drafter was ever ahead.)"""
+    the draft model in process): the drafter drafts for each of three requests decoded
+    together (the draft tokens it sent for each, `draft_n_received`), and the lead
+    accepts most of those it verifies (--policy fixed: verified whenever there are any,
+    whatever their worth in a batch of three). How many it verifies is a race the lead
+    never waits on: a drafter no faster than the main model, or sharing its core, may never
+    be ahead of a request's commits when its rounds are planned. The main model and the
+    drafter each have a core of their own; greedy counting runs every request to its 96
+    tokens."""
     args = ["--parallel", "3", "--spec-type", "model", "--policy", "fixed", "--quiet"]
     args += ["-t", "1", "--pin", "0:1"]
     if drafter == "-md":
@@ -146,10 +147,13 @@ def test_a_model_drafter_drafts_for_every_running_request(
         stop.set()
         watcher.join()
     assert max(h["slots_busy"] for h in seen) == 3  # decoded together
-    accepted = 0
+    verified = accepted = 0
     for t in results:
         [(name, by_source)] = t["draft_sources"].items()
         assert name.startswith("back:") if drafter == "back" else name == "model"
-        assert by_source["draft_n"] > 0, t
+        assert by_source["draft_n_received"] > 0, t
+        verified += by_source["draft_n"]
         accepted += by_source["draft_n_accepted"]
-    assert accepted > 0
+    # Drafts for the right request continue a count: most of those verified are accepted
+    # (drafts for another request's sequence would be rejected).
+    assert accepted >= verified / 2, results

@@ -45,6 +45,8 @@ def test_every_running_generation_is_a_session_of_its_own() -> None:
     backs.receive(remote, b.session, 3, (5,))  # for a session that is over: ignored
     assert b.session not in remote.drafts
     assert early[-1] == p.End(b.session) and late[-1] == p.End(b.session)
+    # what each session received, by back, the stale guesses too
+    assert a.received() == {"back:early": 5} and b.received() == {"back:early": 1}
 
 
 class Outbox:

@@ -7,7 +7,7 @@ from typing import Any, cast
 import pytest
 
 from duo.core.draft import Proposal
-from duo.core.engine import prefill
+from duo.core.engine import AFTER, NoDrafts, prefill
 from duo.core.stats import Stats
 from duo.drafting.sources import SyncDrafts, ThreadDrafts
 from duo.errors import PromptTooLong, UsageError
@@ -60,6 +60,39 @@ def test_perfect_drafter_accepts_everything() -> None:
     assert stats.mean_acceptance_length == 5.0
 
 
+class Scripted(NoDrafts):
+    """Proposes, round by round: the main model's next k tokens ("right"), its next token
+    followed by a wrong one ("wrong"), or nothing ("none")."""
+
+    def __init__(self, table: dict[tuple[int, int], int], script: list[str], k: int = 2) -> None:
+        self.table, self.script, self.k = table, iter(script), k
+
+    def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
+        what = next(self.script, "none")
+        if what == "none":
+            return []
+        right = reference(self.table, committed, self.k)
+        tokens = right if what == "right" else [right[0], right[1] % 15 + 1]
+        return [Proposal("scripted", tuple(tokens))]
+
+
+def test_each_round_knows_what_the_round_before_did_and_whether_a_draft_was_ready() -> None:
+    table = table_model(9)
+    script = ["right", "wrong", "none", "right", "none"]
+    out, stats = run(FakeModel(table), [1, 2], 10, Scripted(table, script))
+    assert out == reference(table, [1, 2], 10)
+    # right (3 tokens), wrong (2), none (1), right (3), then the 10th token: a round with
+    # no room for a draft, which no readiness counts
+    assert stats.trace == [(2, 2), (2, 1), (0, 0), (2, 2), (0, 0)]
+    counts = {after: stats.readiness(after) for after in AFTER}
+    assert {after: (c.rounds, c.ready) for after, c in counts.items()} == {
+        "no draft": (2, 2),  # the first round, and the one after "none"
+        "acceptance": (1, 1),
+        "rejection": (1, 0),
+    }
+    assert counts["rejection"].fraction == 0.0 and counts["no draft"].fraction == 1.0
+
+
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_async_speculation_is_lossless(prompt: list[int]) -> None:
     table = table_model(5)
@@ -72,29 +105,17 @@ def test_async_speculation_is_lossless(prompt: list[int]) -> None:
         drafts.close()
 
 
-class GarbageDrafts:
+class GarbageDrafts(NoDrafts):
     """A drafter that proposes anything: wrong, out-of-vocabulary, huge."""
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
-
-    def begin(self, prompt: Sequence[int]) -> None:
-        pass
 
     def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
         def junk() -> tuple[int, ...]:
             return tuple(self.rng.randrange(0, 16) for _ in range(self.rng.randrange(0, limit + 1)))
 
         return [Proposal(f"junk{i}", junk(), grade=i) for i in range(self.rng.randrange(0, 4))]
-
-    def commit(self, start: int, tokens: Sequence[int]) -> None:
-        pass
-
-    def end(self) -> None:
-        pass
-
-    def rest(self, resting: frozenset[str]) -> None:
-        pass
 
 
 def test_garbage_drafts_change_nothing() -> None:

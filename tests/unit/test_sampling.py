@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from duo.core.draft import Proposal
+from duo.core.engine import NoDrafts
 from duo.core.sampling import Dist, Greedy, Logits, SamplingParams, adjusted
 from duo.drafting.sources import SyncDrafts, ThreadDrafts
 from duo.errors import UsageError
@@ -90,16 +91,11 @@ class FixedLogits:
         return False
 
 
-class ProposeAlways:
+class ProposeAlways(NoDrafts):
     """A drafter that always proposes the same tokens (a strongly biased guess)."""
 
     def __init__(self, guess: list[int]) -> None:
         self.guess = guess
-
-    def begin(self, prompt: Sequence[int]) -> None: ...
-    def commit(self, start: int, toks: Sequence[int]) -> None: ...
-    def end(self) -> None: ...
-    def rest(self, resting: frozenset[str]) -> None: ...
 
     def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
         return [Proposal("fixed", tuple(self.guess[:limit]))]

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import httpx
 
 from duo.core.sampling import SamplingParams
-from duo.core.stats import SourceStats, Stats
+from duo.core.stats import Readiness, SourceStats, Stats
 from duo.errors import UsageError
 from duo.llama.backend import Model
 from duo.net import free_port
@@ -322,8 +322,13 @@ def _complete(
         decode_seconds=timings["predicted_ms"] / 1000,
         llama_seconds=timings["main_decode_ms"] / 1000,
         by_source={
-            name: SourceStats(x["draft_n"], x["draft_n_accepted"])
+            name: SourceStats(x["draft_n"], x["draft_n_accepted"], x.get("draft_n_received", 0))
             for name, x in timings.get("draft_sources", {}).items()
+        },
+        after={
+            after: Readiness(timings[f"rounds_after_{after}"], timings[f"ready_after_{after}"])
+            for after in ("rejection", "acceptance")
+            if f"rounds_after_{after}" in timings
         },
     )
     return s, ttft

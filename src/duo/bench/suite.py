@@ -78,6 +78,11 @@ class ModeResult:
     pass_ms_per_token: float | None = None
     outside_pass_ms_per_token: float | None = None
     wire_bytes_per_token: float | None = None
+    # rounds after a rejection, and the fraction of them (and of those after a full
+    # acceptance) that found a usable draft ready when planned; None without drafts
+    rounds_after_rejection: int = 0
+    ready_after_rejection: float | None = None
+    ready_after_acceptance: float | None = None
     # lead+back: the lead process's CPU time outside the main model's passes (event loop,
     # drafter messages, API streaming, bookkeeping) per generated token (Linux only)
     lead_cpu_ms_per_token: float | None = None
@@ -85,7 +90,7 @@ class ModeResult:
     speedup_vs_sync: float | None = None
     devices: str = ""
     trace: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) per round
-    # per draft source: {"draft_n", "draft_n_accepted", "acceptance_rate"}
+    # per draft source: {"draft_n", "draft_n_accepted", "draft_n_received", "acceptance_rate"}
     sources: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
@@ -100,13 +105,14 @@ class Report:
     def table(self) -> str:
         rows = [
             f"{'mode':14} {'tok/s':>7} {'vs t-1':>7} {'vs sync':>8} {'ttft ms':>8} "
-            f"{'accept':>7} {'mean len':>9} {'ovh ms':>7} {'B/tok':>6}  devices"
+            f"{'accept':>7} {'mean len':>9} {'rdy/rej':>7} {'ovh ms':>7} {'B/tok':>6}  devices"
         ]
         for m in self.modes:
             rows.append(
                 f"{m.mode:14} {m.tokens_per_second:7.1f} {_x(m.speedup_vs_target_1):>7} "
                 f"{_x(m.speedup_vs_sync):>8} {m.ttft_ms:8.1f} {m.acceptance_rate:7.2f} "
-                f"{m.mean_acceptance_length:9.2f} {m.overhead_ms_per_round:7.2f} "
+                f"{m.mean_acceptance_length:9.2f} {_fraction(m.ready_after_rejection):>7} "
+                f"{m.overhead_ms_per_round:7.2f} "
                 f"{'' if m.wire_bytes_per_token is None else f'{m.wire_bytes_per_token:.1f}':>6}"
                 f"  {m.devices}"
             )
@@ -142,6 +148,10 @@ def profile_line(profile: dict[str, Any]) -> str:
 
 def _x(v: float | None) -> str:
     return "" if v is None else f"{v:.2f}x"
+
+
+def _fraction(v: float | None) -> str:
+    return "" if v is None else f"{v:.2f}"
 
 
 SUITES: dict[str, tuple[str, ...]] = {
@@ -206,12 +216,16 @@ def _summarise(mode: str, runs: list[list[Stats]], ttfts: list[float], devices: 
         overhead_ms_per_round=total.overhead_ms_per_round,
         pass_ms_per_token=per_token(total.llama_seconds),
         outside_pass_ms_per_token=per_token(total.decode_seconds - total.llama_seconds),
+        rounds_after_rejection=total.readiness("rejection").rounds,
+        ready_after_rejection=total.readiness("rejection").fraction,
+        ready_after_acceptance=total.readiness("acceptance").fraction,
         devices=devices,
         trace=total.trace if total.drafted else [],
         sources={
             name: {
                 "draft_n": x.drafted,
                 "draft_n_accepted": x.accepted,
+                "draft_n_received": x.received,
                 "acceptance_rate": x.acceptance_rate,
             }
             for name, x in total.by_source.items()

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from duo.channel import protocol as p
@@ -47,6 +48,9 @@ class Backs:
         self._lock = threading.Lock()  # orders joins against begin/commit
         self._sessions = 0  # the last session's number
         self._live: dict[int, list[int]] = {}  # the running sessions' committed tokens
+        # the draft tokens each running session received, by source: counted on the
+        # transport's thread, read by the session's BackSession
+        self._received: dict[int, Counter[str]] = {}
         self._listeners: list[Callable[[str, Remote], None]] = []
 
     @property
@@ -68,13 +72,14 @@ class Backs:
 
     # -- a session's DraftSource calls: on the engine thread ------------------------------
 
-    def _begin(self, prompt: Sequence[int]) -> int:
+    def _begin(self, prompt: Sequence[int]) -> tuple[int, Counter[str]]:
         with self._lock:
             self._sessions += 1
             session = self._sessions
             self._live[session] = list(prompt)
+            received = self._received[session] = Counter()
             self._send_all(p.Begin(session, tuple(prompt)))
-            return session
+            return session, received
 
     def _propose(self, session: int, committed: Sequence[int], limit: int) -> list[Proposal]:
         """One proposal per back with a usable draft: each back is a source of its own."""
@@ -102,6 +107,7 @@ class Backs:
         with self._lock:
             if self._live.pop(session, None) is None:
                 return
+            self._received.pop(session, None)
             self._send_all(p.End(session))
             for remote in self._remotes:
                 with remote.lock:
@@ -132,8 +138,10 @@ class Backs:
     def receive(self, remote: Remote, session: int, start: int, tokens: tuple[int, ...]) -> None:
         """Guesses for positions start, start+1, ... of `session` (those for a session
         that is over are ignored: the back had not heard of its end yet)."""
-        if session not in self._live:
+        received = self._received.get(session)
+        if received is None:
             return
+        received[remote.source] += len(tokens)
         with remote.lock:
             remote.drafts[session] = merge(remote.drafts.get(session), start, tokens, MAX_KEPT)
 
@@ -144,9 +152,10 @@ class BackSession:
     def __init__(self, backs: Backs) -> None:
         self.backs = backs
         self.session = 0  # none yet
+        self._received: Counter[str] = Counter()
 
     def begin(self, prompt: Sequence[int]) -> None:
-        self.session = self.backs._begin(prompt)
+        self.session, self._received = self.backs._begin(prompt)
 
     def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
         return self.backs._propose(self.session, committed, limit)
@@ -159,3 +168,6 @@ class BackSession:
 
     def rest(self, resting: frozenset[str]) -> None:
         """Backs keep drafting: on a device of their own they cost the lead nothing."""
+
+    def received(self) -> Mapping[str, int]:
+        return dict(self._received)  # a copy: the transport's thread adds to it

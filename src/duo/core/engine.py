@@ -14,7 +14,7 @@ service all drive it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -66,6 +66,12 @@ class DraftSource(Protocol):
         """Sources whose key is in `resting` stop drafting (but keep hearing commits) and
         catch up when they are no longer in it."""
 
+    def received(self) -> Mapping[str, int]:
+        """Draft tokens that reached the lead for this generation so far, by source name:
+        a drafter's work, whether or not any of it was ever usable (sources that compute
+        their proposals on demand, the lookups, report none)."""
+        ...
+
 
 class DraftPool(Protocol):
     """A drafter that serves several generations at once (a model drafter, the backs)."""
@@ -93,6 +99,16 @@ class NoDrafts:
     def rest(self, resting: frozenset[str]) -> None:
         pass
 
+    def received(self) -> Mapping[str, int]:
+        return {}
+
+
+# What the round before a round did: verified a draft and accepted all of it, rejected
+# some of it, or verified none (the first round too). A drafter running ahead has its next
+# guesses ready after an acceptance; after a rejection it must first hear the correction.
+After = Literal["acceptance", "rejection", "no draft"]
+AFTER: tuple[After, ...] = ("acceptance", "rejection", "no draft")
+
 
 @dataclass(frozen=True, slots=True)
 class Round:
@@ -105,6 +121,10 @@ class Round:
     llama_seconds: float  # of which inside llama_decode
     finish: Finish | None = None
     source: str | None = None  # whose draft was verified
+    after: After = "no draft"  # what the generation's previous round did
+    # a usable draft was offered when this round was planned (None: no room for one, the
+    # generation's last token)
+    ready: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +274,8 @@ class Generation:
         self._offered: list[Proposal] = []
         self._chosen: Proposal | None = None
         self._draft: list[int] = []
+        self._after: After = "no draft"
+        self._room = 0
 
     def start(self) -> Prefill:
         """The draft source hears of the prompt, then the main model evaluates it."""
@@ -278,6 +300,7 @@ class Generation:
             self.main.n_ctx - len(committed),
         )
         self.drafts.rest(self.policy.resting)
+        self._room = room
         self._offered = self.drafts.propose(committed, room) if room > 0 else []
         chosen, n, self.expected = self.policy.choose(self._offered, base)
         self._chosen = chosen if n else None
@@ -311,6 +334,11 @@ class Generation:
         if tokens:
             self.drafts.commit(start, tokens)
         source = self._chosen.source if self._chosen else None
+        after = self._after
+        if not draft:
+            self._after = "no draft"
+        else:
+            self._after = "acceptance" if verdict.accepted == len(draft) else "rejection"
         return Round(
             tokens,
             len(draft),
@@ -319,7 +347,13 @@ class Generation:
             seconds,
             self.finish,
             source,
+            after,
+            bool(self._offered) if self._room > 0 else None,
         )
+
+    def received(self) -> Mapping[str, int]:
+        """Draft tokens that reached this generation, by source (DraftSource.received)."""
+        return self.drafts.received()
 
     def end(self) -> None:
         """The generation is over (finished, stopped or abandoned): the sources hear."""

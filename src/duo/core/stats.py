@@ -2,29 +2,53 @@
 
 acceptance rate = accepted / drafted; mean acceptance length = 1 + accepted / rounds
 (tokens committed per verification round, counting the correction or bonus).
+
+Readiness: of the rounds after a rejection (or a full acceptance, or no draft), how many
+found a usable draft offered when they were planned. A drafter running one chain ahead of
+the commits is rarely ready right after a rejection: it must first hear the correction.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from duo.core.engine import Prefill, Round
+from duo.core.engine import After, Prefill, Round
 
 
 @dataclass(slots=True)
 class SourceStats:
-    """Draft tokens verified and accepted from one source ("model", "ngram", "back:NAME")."""
+    """Draft tokens verified and accepted from one source ("model", "ngram", "back:NAME"),
+    and how many reached the lead from it (a drafter's whole work, usable or not)."""
 
     drafted: int = 0
     accepted: int = 0
+    received: int = 0
 
-    def add(self, drafted: int, accepted: int) -> None:
+    def add(self, drafted: int, accepted: int, received: int = 0) -> None:
         self.drafted += drafted
         self.accepted += accepted
+        self.received += received
 
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0
+
+
+@dataclass(slots=True)
+class Readiness:
+    """Rounds of one kind (by what the round before did), and how many had a draft ready."""
+
+    rounds: int = 0
+    ready: int = 0
+
+    def add(self, ready: bool) -> None:
+        self.rounds += 1
+        self.ready += ready
+
+    @property
+    def fraction(self) -> float | None:
+        return self.ready / self.rounds if self.rounds else None
 
 
 @dataclass(slots=True)
@@ -40,7 +64,8 @@ class Stats:
     accepted_at: list[int] = field(default_factory=list)  # per draft position
     drafted_at: list[int] = field(default_factory=list)
     trace: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) per round
-    by_source: dict[str, SourceStats] = field(default_factory=dict)  # whose drafts were verified
+    by_source: dict[str, SourceStats] = field(default_factory=dict)  # whose drafts came
+    after: dict[After, Readiness] = field(default_factory=dict)  # by the round before
 
     def add_prefill(self, p: Prefill) -> None:
         self.prompt_tokens += p.prompt_tokens
@@ -56,6 +81,8 @@ class Stats:
         self.trace.append((r.drafted, r.accepted))
         if r.source is not None and r.drafted:
             self.by_source.setdefault(r.source, SourceStats()).add(r.drafted, r.accepted)
+        if r.ready is not None:
+            self.after.setdefault(r.after, Readiness()).add(r.ready)
         while len(self.drafted_at) < r.drafted:
             self.drafted_at.append(0)
             self.accepted_at.append(0)
@@ -74,13 +101,28 @@ class Stats:
         self.decode_seconds += other.decode_seconds
         self.llama_seconds += other.llama_seconds
         for name, theirs in other.by_source.items():
-            self.by_source.setdefault(name, SourceStats()).add(theirs.drafted, theirs.accepted)
+            self.by_source.setdefault(name, SourceStats()).add(
+                theirs.drafted, theirs.accepted, theirs.received
+            )
+        for after, counts in other.after.items():
+            mine = self.after.setdefault(after, Readiness())
+            mine.rounds += counts.rounds
+            mine.ready += counts.ready
         for i, (d, a) in enumerate(zip(other.drafted_at, other.accepted_at, strict=True)):
             if i == len(self.drafted_at):
                 self.drafted_at.append(0)
                 self.accepted_at.append(0)
             self.drafted_at[i] += d
             self.accepted_at[i] += a
+
+    def add_received(self, received: Mapping[str, int]) -> None:
+        """A generation's draft tokens received, by source (DraftSource.received)."""
+        for name, n in received.items():
+            if n:
+                self.by_source.setdefault(name, SourceStats()).received += n
+
+    def readiness(self, after: After) -> Readiness:
+        return self.after.get(after, Readiness())
 
     @property
     def acceptance_rate(self) -> float:
@@ -117,6 +159,10 @@ class Stats:
         ]
 
     def sources_text(self) -> str:
-        """'ngram 40/35, model 9/5': accepted/drafted per source, most drafted first."""
+        """'ngram 35/40, model 5/9 (80 received)': accepted/verified per source, most
+        verified first, and the draft tokens a drafter sent, if it counts them."""
         ranked = sorted(self.by_source.items(), key=lambda kv: -kv[1].drafted)
-        return ", ".join(f"{name} {s.accepted}/{s.drafted}" for name, s in ranked)
+        return ", ".join(
+            f"{name} {s.accepted}/{s.drafted}" + (f" ({s.received} received)" if s.received else "")
+            for name, s in ranked
+        )

@@ -9,7 +9,7 @@ policy learns how far to trust a long match apart from a short one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -51,6 +51,9 @@ class NgramDrafts:
 
     def rest(self, resting: frozenset[str]) -> None:
         pass  # costs the main model nothing
+
+    def received(self) -> Mapping[str, int]:
+        return {}  # computed on demand: nothing is sent
 
 
 class Trigrams:
@@ -132,6 +135,9 @@ class SuffixDrafts:
 
     def rest(self, resting: frozenset[str]) -> None:
         pass
+
+    def received(self) -> Mapping[str, int]:
+        return {}
 
     def forget(self) -> None:
         self.memory.forget()

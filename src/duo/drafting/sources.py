@@ -5,9 +5,9 @@ DraftSource, drafting in the draft model's sequence of that slot."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from duo.core.draft import Draft, Proposal, usable
+from duo.core.draft import Draft, Proposal, delta, usable
 from duo.core.engine import DraftSource
 from duo.drafting.drafter import DraftWorker, Mirror
 from duo.llama.backend import Model
@@ -32,14 +32,18 @@ class SyncDrafts:
 class SyncSlot:
     def __init__(self, mirror: Mirror) -> None:
         self.mirror = mirror
+        self.guessed = 0  # each step of the mirror samples one guess
 
     def begin(self, prompt: Sequence[int]) -> None:
-        pass
+        self.guessed = 0
 
     def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
         while self.mirror.step(committed, limit):
-            pass
+            self.guessed += 1
         return [Proposal(MODEL, self.mirror.draft(len(committed))[:limit])]
+
+    def received(self) -> Mapping[str, int]:
+        return {MODEL: self.guessed}
 
     def commit(self, start: int, tokens: Sequence[int]) -> None:
         pass
@@ -60,13 +64,17 @@ class ThreadDrafts:
     ) -> None:
         self.n_vocab = model.n_vocab
         self.latest: dict[int, Draft] = {}  # by slot, replaced whole by the worker
+        self.received: dict[int, int] = {}  # new draft tokens published, by slot
         self.worker = DraftWorker(
             model, self._publish, sequences=slots, max_ahead=max_ahead, cores=cores
         )
         self.worker.start()
 
     def _publish(self, slot: int, draft: Draft) -> None:
+        new = delta(self.latest.get(slot), draft)
         self.latest[slot] = draft
+        if new is not None:
+            self.received[slot] = self.received.get(slot, 0) + len(new.tokens)
 
     def source(self, slot: int) -> ThreadSlot:
         return ThreadSlot(self, slot)
@@ -82,6 +90,7 @@ class ThreadSlot:
 
     def begin(self, prompt: Sequence[int]) -> None:
         self.drafts.latest.pop(self.slot, None)
+        self.drafts.received[self.slot] = 0
         self.drafts.worker.begin(self.slot, prompt)
 
     def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
@@ -97,6 +106,9 @@ class ThreadSlot:
 
     def rest(self, resting: frozenset[str]) -> None:
         self.drafts.worker.rest(self.slot, MODEL in resting)
+
+    def received(self) -> Mapping[str, int]:
+        return {MODEL: self.drafts.received.get(self.slot, 0)}
 
 
 class Sources:
@@ -123,3 +135,6 @@ class Sources:
     def rest(self, resting: frozenset[str]) -> None:
         for s in self.sources:
             s.rest(resting)
+
+    def received(self) -> Mapping[str, int]:
+        return {name: n for s in self.sources for name, n in s.received().items()}

@@ -152,6 +152,7 @@ class Session:
             for r in run(g.main, g, stats.add_prefill):
                 stats.add(r)
                 yield r
+        stats.add_received(g.received())
 
     def run(
         self,

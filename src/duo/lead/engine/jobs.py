@@ -284,6 +284,7 @@ class Engine:
         if tail or logprobs:
             running.ticket.emit(Delta(tail, logprobs=logprobs))
         stats = running.stats
+        stats.add_received(running.gen.received())
         if self._done:
             self._done(stats)
         log.info(

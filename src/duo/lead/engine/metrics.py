@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from duo.channel.endpoint import WireStats
+from duo.core.engine import AFTER
 from duo.core.stats import Stats
 
 
@@ -122,9 +123,27 @@ class Metrics:
         for name, help_text, attr in (
             ("source_draft_tokens_total", "Draft tokens verified, by source.", "drafted"),
             ("source_draft_tokens_accepted_total", "Draft tokens accepted, by source.", "accepted"),
+            (
+                "source_draft_tokens_received_total",
+                "Draft tokens a drafter sent, usable or not, by source.",
+                "received",
+            ),
         ):
             lines += [f"# HELP duo_{name} {help_text}", f"# TYPE duo_{name} counter"]
             for source, counts in sorted(t.by_source.items()):
                 label = source.replace("\\", "\\\\").replace('"', '\\"')
                 lines.append(f'duo_{name}{{source="{label}"}} {getattr(counts, attr)}')
+        for name, help_text, attr in (
+            (
+                "rounds_after_total",
+                "Rounds, by what the round before did: acceptance (its whole draft "
+                "accepted), rejection, no draft.",
+                "rounds",
+            ),
+            ("rounds_ready_after_total", "Of those, rounds with a usable draft ready.", "ready"),
+        ):
+            lines += [f"# HELP duo_{name} {help_text}", f"# TYPE duo_{name} counter"]
+            for after in AFTER:
+                label = after.replace(" ", "_")
+                lines.append(f'duo_{name}{{after="{label}"}} {getattr(t.readiness(after), attr)}')
         return "\n".join(lines) + "\n"

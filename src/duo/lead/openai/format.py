@@ -59,8 +59,16 @@ def timings(s: Stats) -> Timings:
         "acceptance_rate": s.acceptance_rate,
         "mean_acceptance_length": s.mean_acceptance_length,
         "rounds": s.rounds,
+        "rounds_after_rejection": s.readiness("rejection").rounds,
+        "ready_after_rejection": s.readiness("rejection").ready,
+        "rounds_after_acceptance": s.readiness("acceptance").rounds,
+        "ready_after_acceptance": s.readiness("acceptance").ready,
         "draft_sources": {
-            name: {"draft_n": x.drafted, "draft_n_accepted": x.accepted}
+            name: {
+                "draft_n": x.drafted,
+                "draft_n_accepted": x.accepted,
+                "draft_n_received": x.received,
+            }
             for name, x in s.by_source.items()
         },
     }

@@ -47,6 +47,10 @@ class Usage(TypedDict):
 class SourceTimings(TypedDict):
     draft_n: int
     draft_n_accepted: int
+    draft_n_received: Annotated[
+        int,
+        Meta(description="draft tokens this source sent for the request, usable or not"),
+    ]
 
 
 class Timings(TypedDict):
@@ -64,6 +68,18 @@ class Timings(TypedDict):
     acceptance_rate: float
     mean_acceptance_length: float
     rounds: int
+    rounds_after_rejection: Annotated[
+        int, Meta(description="rounds after one that rejected a draft token")
+    ]
+    ready_after_rejection: Annotated[
+        int, Meta(description="of which a usable draft was ready when planned")
+    ]
+    rounds_after_acceptance: Annotated[
+        int, Meta(description="rounds after one that accepted its whole draft")
+    ]
+    ready_after_acceptance: Annotated[
+        int, Meta(description="of which a usable draft was ready when planned")
+    ]
     draft_sources: Annotated[
         dict[str, SourceTimings], Meta(description="by draft source: back:NAME, model, ...")
     ]
