@@ -26,8 +26,8 @@ from duo.bench.projections import Projection, project_bench
 
 pytestmark = pytest.mark.integration
 
-# Two prompts of the bundled suite (chat, code): every part of the projection, not its accuracy.
-PROMPTS = (1, 3)
+# One prompt of the bundled suite: every part of the projection, not its accuracy.
+PROMPTS = (3,)
 MODES = ("target-1", "sync", "async", "lead+back")
 
 
@@ -66,7 +66,7 @@ def test_duo_sim_projects_every_mode_of_a_bench_run(
     out = tmp_path / "bench.json"
     report = run_bench(prompts, out)
     assert report["settings"]["order"] == "interleaved"
-    assert report["profile"]["rounds"] >= 3
+    assert report["profile"]["rounds"] >= 2  # before the prompts and after
     by_mode = {m["mode"]: m for m in report["modes"]}
     assert list(by_mode) == list(MODES)
     assert by_mode["lead+back"]["wire_bytes_per_token"] > 0

@@ -27,7 +27,7 @@ REQUESTS: list[tuple[str, dict[str, Any]]] = [
     ("Write a haiku about the sea.", {"temperature": 0.7, "seed": 5}),
     ("Explain what a CPU does.", {"temperature": 0}),
 ]
-N = 48
+N = 32
 
 
 def ask(url: str, prompt: str, sampling: dict[str, Any]) -> tuple[str, str]:

@@ -280,13 +280,13 @@ def test_json_schema_output_validates_and_equals_the_main_model_alone(
 ) -> None:
     spec, alone = leads
     fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
-    for prompt in PROMPTS:
-        for sampling in ({"temperature": 0}, {"temperature": 0.8, "seed": 11}):
-            r = structured(spec, prompt, fmt, **sampling)
-            text = r.choices[0].message.content
-            assert r.choices[0].finish_reason == "stop", text
-            jsonschema.validate(json.loads(text), schema)
-            assert text == structured(alone, prompt, fmt, **sampling).choices[0].message.content
+    prompt = PROMPTS[SCHEMAS.index(schema) % len(PROMPTS)]  # each prompt, each schema once
+    for sampling in ({"temperature": 0}, {"temperature": 0.8, "seed": 11}):
+        r = structured(spec, prompt, fmt, **sampling)
+        text = r.choices[0].message.content
+        assert r.choices[0].finish_reason == "stop", text
+        jsonschema.validate(json.loads(text), schema)
+        assert text == structured(alone, prompt, fmt, **sampling).choices[0].message.content
 
 
 def test_json_schema_streams_and_drafts_are_verified_under_the_grammar(
