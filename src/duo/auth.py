@@ -177,3 +177,25 @@ def certificate_failure(e: BaseException | None) -> ssl.SSLCertVerificationError
 def certificate_reason(e: ssl.SSLCertVerificationError) -> str:
     """'self-signed certificate', 'Hostname mismatch, ...' and the like."""
     return str(e.verify_message or e.reason or e)
+
+
+HOSTNAME_MISMATCH = 62  # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH
+
+
+def certificate_problem(url: str, e: ssl.SSLCertVerificationError, ca_file: str | None) -> str:
+    """Why the lead's certificate does not verify, and what fixes that: a certificate for
+    another name needs another name (no CA helps); otherwise the CA that signed it."""
+    reason = certificate_reason(e)
+    if getattr(e, "verify_code", None) == HOSTNAME_MISMATCH:
+        fix = (
+            "connect by a name or address the certificate holds, or give the lead a "
+            "certificate for this one"
+        )
+    elif ca_file is not None:
+        fix = (
+            f"--ca-file {ca_file} did not sign it: give the CA that did (or the lead's own "
+            "certificate)"
+        )
+    else:
+        fix = "give the CA that signed it (or the self-signed certificate) with --ca-file"
+    return f"the certificate of {url} does not verify ({reason}); {fix}"

@@ -357,8 +357,21 @@ def bad_bodies(n_vocab: int) -> list[tuple[str, bytes | Any, str | None]]:
             {"messages": [{"role": "user", "content": [{"type": "text", "text": "ab"}] * 10**5}]},
             "messages",
         ),
+        # grammars whose every token would cost the slot seconds, and a pattern no regex
+        (chat, {"messages": USER, "response_format": schema({"enum": list(range(1001))})}, None),
+        (chat, {"messages": USER, "response_format": schema({"enum": ["x" * 200_000]})}, None),
+        (
+            chat,
+            {"messages": USER, "response_format": schema({"type": "string", "pattern": "^(ab$"})},
+            None,
+        ),
+        ("/tokenize", {"content": ["a"] * 5000}, "content"),  # one text per character
     ]
     return cases
+
+
+def schema(s: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": {"name": "x", "schema": s}}
 
 
 def test_no_body_gets_a_500_and_the_connection_stays_open(lead: str) -> None:
@@ -377,6 +390,13 @@ def test_no_body_gets_a_500_and_the_connection_stays_open(lead: str) -> None:
             after = client.get("/health")  # the same connection, still open
             assert after.status_code == 200
             assert client_port(after) == port, ("connection dropped after", str(body)[:200])
+
+
+def test_a_bad_static_file_name_is_a_404(lead: str) -> None:
+    for name in ("a" * 300 + ".js", "a" * 60_000 + ".js", "%00.js", "..%2fpyproject.toml"):
+        r = httpx.get(f"{lead}/ui/{name}", timeout=10)
+        assert r.status_code == 404, (name[:50], r.status_code, r.text[:200])
+        assert r.json()["error"]["type"] == "not_found_error"
 
 
 def test_values_llama_cpp_clients_send_are_served(lead: str) -> None:

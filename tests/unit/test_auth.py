@@ -332,3 +332,20 @@ def test_chat_sends_the_key_from_the_environment_and_a_failed_certificate_is_exp
         "duo chat: the certificate of https://h:1 does not verify (self-signed certificate); "
         "give the CA that signed it (or the self-signed certificate) with --ca-file\n"
     )
+
+
+def certificate_error(code: int, message: str) -> ssl.SSLCertVerificationError:
+    e = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED]")
+    e.verify_code, e.verify_message = code, message
+    return e
+
+
+def test_certificate_advice_fits_the_failure() -> None:
+    url = "https://lead:5555"
+    mismatch = certificate_error(auth.HOSTNAME_MISMATCH, "Hostname mismatch")
+    unknown = certificate_error(18, "self-signed certificate")
+    by_name = auth.certificate_problem(url, mismatch, "ca.pem")
+    assert "Hostname mismatch" in by_name and "--ca-file" not in by_name  # no CA helps
+    assert "connect by a name" in by_name
+    assert "--ca-file ca.pem did not sign it" in auth.certificate_problem(url, unknown, "ca.pem")
+    assert "with --ca-file" in auth.certificate_problem(url, unknown, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -171,3 +172,32 @@ def test_grammar_nesting_skips_literals_classes_and_comments() -> None:
     assert nesting('root ::= ("(" [()] (x)?) # ((((\n') == 2
     assert nesting('root ::= "\\"(" x') == 0
     assert nesting("root ::= " + "(" * 3000 + '"a"' + ")?" * 3000) == 3000
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ({"enum": list(range(1001))}, "more than 1000 'enum' values"),
+        (
+            {"properties": {f"p{i}": {"enum": list(range(100))} for i in range(11)}},
+            "more than 1000 'enum' values",  # in all
+        ),
+        ({"const": "x" * 200_000}, "bytes; at most"),
+        ({"type": "string", "pattern": "^(ab$"}, "'pattern' at # is not a regular expression"),
+        (
+            {"properties": {"a": {"type": "string", "pattern": "[z-a]"}}},
+            "'pattern' at #/properties/a is not",
+        ),
+    ],
+)
+def test_a_schema_too_costly_to_enforce_or_with_a_bad_pattern_is_refused(
+    schema: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(UsageError, match=re.escape(message)):
+        json_schema_gbnf(schema)
+
+
+def test_a_schema_within_the_bounds_is_converted() -> None:
+    schema = {"properties": {"id": {"type": "string", "pattern": "^[a-z]{2}[0-9]+$"}}}
+    assert json_schema_gbnf(schema)
+    assert json_schema_gbnf({"enum": list(range(1000))})

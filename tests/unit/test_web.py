@@ -166,7 +166,11 @@ def test_every_asset_the_page_names_is_served() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["", "../web.py", "..", ".hidden.js", "web.py", "a/b.js", "__init__.py", "x\\y.js"]
+    "name",
+    [
+        *("", "../web.py", "..", ".hidden.js", "web.py", "a/b.js", "__init__.py", "x\\y.js"),
+        *("a" * 300 + ".js", "a\0.js"),  # too long for the file system; a NUL
+    ],
 )
 def test_nothing_else_is_served(name: str) -> None:
     assert asset(name) is None

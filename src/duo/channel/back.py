@@ -38,6 +38,7 @@ class BackConfig:
     cores: frozenset[int] | None = None  # --pin: cores of the drafter thread
     retry_max: float = 8.0  # seconds between reconnection attempts, at most
     tls: ssl.SSLContext | None = None  # verifies a wss:// lead (--ca-file); None: the system's
+    ca_file: str | None = None  # --ca-file, as given (named in advice)
 
 
 def drafter_url(lead: str) -> str:
@@ -76,11 +77,9 @@ class Back:
                     await self._connection()
                     delay = 0.25
                 except ssl.SSLCertVerificationError as e:
+                    problem = auth.certificate_problem(self.url, e, self.config.ca_file)
                     raise CertificateError(
-                        f"the certificate of {self.url} does not verify "
-                        f"({auth.certificate_reason(e)}); give the CA that signed it (or the "
-                        "self-signed certificate) with --ca-file; not retrying, as retrying "
-                        "cannot fix this"
+                        f"{problem}; not retrying, as retrying cannot fix this"
                     ) from None
                 except (
                     OSError,

@@ -123,17 +123,14 @@ def response_error(r: httpx.Response) -> ClientError:
     return ClientError(error_text(body, f"HTTP {r.status_code} {r.reason_phrase}"))
 
 
-def check(client: httpx.Client, url: str) -> str:
+def check(client: httpx.Client, url: str, ca_file: str | None) -> str:
     """Fails unless a lead answers at `url` and takes our API key; returns its model's name."""
     try:
         health = client.get("/health")
         models = client.get("/v1/models")  # /health needs no key; this does
     except httpx.HTTPError as e:
         if failure := auth.certificate_failure(e):
-            raise ClientError(
-                f"the certificate of {url} does not verify ({auth.certificate_reason(failure)}); "
-                "give the CA that signed it (or the self-signed certificate) with --ca-file"
-            ) from None
+            raise ClientError(auth.certificate_problem(url, failure, ca_file)) from None
         raise ClientError(
             f"cannot reach the lead at {url} ({reason(e)}); start it with `duo lead`"
         ) from None
@@ -192,7 +189,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         base_url=args.url, headers=headers, timeout=TIMEOUT, verify=tls or True
     ) as client:
         try:
-            model = check(client, args.url)
+            model = check(client, args.url, args.ca_file)
         except ClientError as e:
             print(f"duo chat: {e}", file=sys.stderr)
             return exit_code(e)

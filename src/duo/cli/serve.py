@@ -254,6 +254,7 @@ def cmd_back(args: argparse.Namespace) -> int:
         name=args.name,
         cores=cores,
         tls=tls,
+        ca_file=args.ca_file,
     )
     back = Back(
         model, config, on_connect=lambda url: print(f"duo back: connected to {url}", flush=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import ctypes
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,6 +55,9 @@ ws ::= | " " | "\n" [ \t]{0,20}
 # segfault; it refuses 2,000 and 5,000 cleanly), so duo refuses deeper grammars itself.
 MAX_NESTING = 1024
 MAX_SCHEMA_DEPTH = 64  # subschemas within subschemas
+MAX_SCHEMA_BYTES = 128 * 1024  # a schema's JSON
+MAX_ENUM_VALUES = 1000  # in all of a schema's enums, as OpenAI's structured outputs
+MAX_GRAMMAR_BYTES = 512 * 1024  # a grammar's GBNF text
 
 # llama_token_data as numpy sees it: {int32 id; float logit; float p}
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
@@ -95,6 +99,21 @@ _MAP = ("properties", "$defs", "definitions")
 _BOUNDS = ("minLength", "maxLength", "minItems", "maxItems")
 
 
+def _children(schema: dict[str, Any], path: str) -> list[tuple[str, object]]:
+    """The subschemas `schema` holds, each with its path."""
+    subschemas: list[tuple[str, object]] = []
+    for key in _ONE:
+        if isinstance(schema.get(key), dict):
+            subschemas.append((f"{path}/{key}", schema[key]))
+    for key in _LIST:
+        if isinstance(schema.get(key), list):
+            subschemas += [(f"{path}/{key}/{i}", s) for i, s in enumerate(schema[key])]
+    for key in _MAP:
+        if isinstance(schema.get(key), dict):
+            subschemas += [(f"{path}/{key}/{name}", s) for name, s in schema[key].items()]
+    return subschemas
+
+
 def unenforced(schema: object, path: str = "#", depth: int = 0) -> str | None:
     """The path of the first keyword in `schema` that the grammar would not enforce."""
     if not isinstance(schema, dict):
@@ -109,21 +128,42 @@ def unenforced(schema: object, path: str = "#", depth: int = 0) -> str | None:
         bound = schema[key]
         if key in _BOUNDS and isinstance(bound, int) and bound > MAX_NESTING:
             raise UsageError(f"'{key}' at {path[:200]} may be at most {MAX_NESTING}")
-    subschemas: list[tuple[str, object]] = []
-    for key in _ONE:
-        if isinstance(schema.get(key), dict):
-            subschemas.append((f"{path}/{key}", schema[key]))
-    for key in _LIST:
-        if isinstance(schema.get(key), list):
-            subschemas += [(f"{path}/{key}/{i}", s) for i, s in enumerate(schema[key])]
-    for key in _MAP:
-        if isinstance(schema.get(key), dict):
-            subschemas += [(f"{path}/{key}/{name}", s) for name, s in schema[key].items()]
-    for where, sub in subschemas:
+    for where, sub in _children(schema, path):
         found = unenforced(sub, where, depth + 1)
         if found:
             return found
     return None
+
+
+def check_size(schema: dict[str, Any]) -> None:
+    """Refuse a schema whose grammar would cost every token of its reply (and the slot it
+    holds) too much: more than MAX_SCHEMA_BYTES of JSON, or more than MAX_ENUM_VALUES
+    `enum` entries in all (OpenAI's limit); and a `pattern` that is no regular expression.
+    Call after `unenforced`, which bounds the depth."""
+    size = len(json.dumps(schema))
+    if size > MAX_SCHEMA_BYTES:
+        raise UsageError(f"the JSON schema is {size} bytes; at most {MAX_SCHEMA_BYTES}")
+    enums = 0
+    todo: list[tuple[str, object]] = [("#", schema)]
+    while todo:
+        path, sub = todo.pop()
+        if not isinstance(sub, dict):
+            continue
+        if isinstance(sub.get("enum"), list):
+            enums += len(sub["enum"])
+            if enums > MAX_ENUM_VALUES:
+                raise UsageError(
+                    f"the JSON schema has more than {MAX_ENUM_VALUES} 'enum' values in all"
+                )
+        pattern = sub.get("pattern")
+        if isinstance(pattern, str):
+            try:
+                re.compile(pattern)
+            except (re.error, RecursionError, OverflowError) as e:
+                raise UsageError(
+                    f"'pattern' at {path[:200]} is not a regular expression: {str(e)[:200]}"
+                ) from None
+        todo += _children(sub, path)
 
 
 def json_schema_gbnf(schema: dict[str, Any]) -> str:
@@ -179,6 +219,7 @@ def _check_enforceable(schema: dict[str, Any]) -> None:
             f"the JSON schema uses '{keyword}' (at {where[:200]}), which structured output "
             "cannot enforce"
         )
+    check_size(schema)
 
 
 def nesting(gbnf: str) -> int:
@@ -217,6 +258,8 @@ class Grammar:
         self._lib = lib = model._lib
         self._model = model
         self._sampler = None
+        if len(gbnf) > MAX_GRAMMAR_BYTES:
+            raise UsageError(f"the grammar is {len(gbnf)} characters; at most {MAX_GRAMMAR_BYTES}")
         if nesting(gbnf) > MAX_NESTING:
             raise UsageError(f"the grammar nests groups more than {MAX_NESTING} deep")
         self._sampler = lib.llama_sampler_init_grammar(

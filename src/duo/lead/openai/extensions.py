@@ -52,18 +52,12 @@ class Extensions:
         content = body.content
         if content is None:  # llama-server answers an empty list
             return JSONResponse(Tokens(tokens=[]))
-        parts = content if isinstance(content, list) else [content]
-        tokens: list[int] = []
-        for i, part in enumerate(parts):
-            if isinstance(part, str):
-                tokens += await self.prompts.tokenize(
-                    part,
-                    add_special=bool(body.add_special) and i == 0,
-                    param="content",
-                    parse_special=bool(body.parse_special),
-                )
-            else:
-                tokens += self.prompts.token_ids([part], "content")
+        tokens = await self.prompts.tokenize_parts(
+            content if isinstance(content, list) else [content],
+            add_special=bool(body.add_special),
+            param="content",
+            parse_special=bool(body.parse_special),
+        )
         if not body.with_pieces:
             return JSONResponse(Tokens(tokens=[*tokens]))
         pieces = await asyncio.to_thread(self._pieces, tokens)

@@ -2,6 +2,7 @@
 
     Prompts.chat(request)       a chat's prompt text, through the model's own chat template
     Prompts.tokenize(text)      its tokens, after a size check that needs none
+    Prompts.tokenize_parts(...) texts and token IDs, in order, as tokens
     Prompts.token_ids(ids)      token IDs a request gives, checked against the vocabulary
     Prompts.check_fits(tokens)  whether a prompt leaves room in the context
     Prompts.format_grammar(...) the grammar a response_format asks for
@@ -25,6 +26,8 @@ from duo.lead.openai.chat import ChatRequest
 from duo.lead.openai.requests import ResponseFormat
 from duo.lead.tools.calls import TemplateCaps, Tools, template_caps, template_messages
 from duo.lead.tools.grammar import tool_call_gbnf
+
+MAX_TEXTS = 4096  # texts in one request's list of texts and token IDs (/tokenize)
 
 
 class PromptLead(Protocol):
@@ -60,7 +63,22 @@ class Prompts:
     async def tokenize(
         self, text: str, *, add_special: bool, param: str, parse_special: bool = True
     ) -> list[int]:
-        """Tokenize on a worker thread, after a size check that needs no tokens.
+        """Tokenize on a worker thread, after a size check that needs no tokens."""
+        return await self.tokenize_parts(
+            [text], add_special=add_special, param=param, parse_special=parse_special
+        )
+
+    async def tokenize_parts(
+        self,
+        parts: Sequence[str | int],
+        *,
+        add_special: bool,
+        param: str,
+        parse_special: bool = True,
+    ) -> list[int]:
+        """Texts and token IDs, in order, as tokens (BOS before the first, if it is a text
+        and add_special), in one trip to a worker thread: at most MAX_TEXTS texts, of no
+        more bytes in all than a context can hold.
 
         Off the event loop, a long prompt does not hold up the rest; ctypes lets go of the
         GIL inside llama_tokenize. That may run while the engine thread decodes on the same
@@ -68,17 +86,30 @@ class Prompts:
         const, its working state lives in a per-call session), which llama.cpp never
         changes after loading, and the context it decodes in is not touched.
         """
-        data = text.encode("utf-8", "surrogatepass")
-        if self.max_prompt_bytes is not None and len(data) > self.max_prompt_bytes:
+        texts = [part for part in parts if isinstance(part, str)]
+        if len(texts) > MAX_TEXTS:
+            raise UsageError(f"'{param}' may hold at most {MAX_TEXTS} texts", param=param)
+        size = sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
+        if self.max_prompt_bytes is not None and size > self.max_prompt_bytes:
             raise PromptTooLong(
-                f"the prompt is {len(data)} bytes, more than any {self.info.n_ctx}-token "
+                f"the prompt is {size} bytes, more than any {self.info.n_ctx}-token "
                 f"context can hold ({self.max_prompt_bytes} bytes)",
                 param=param,
             )
+        self.token_ids([part for part in parts if not isinstance(part, str)], param)
+
+        def tokens() -> list[int]:
+            out: list[int] = []
+            for i, part in enumerate(parts):
+                if isinstance(part, str):
+                    first = add_special and i == 0
+                    out += self.lead.tokenize(part, add_special=first, parse_special=parse_special)
+                else:
+                    out.append(part)
+            return out
+
         try:
-            return await asyncio.to_thread(
-                self.lead.tokenize, text, add_special=add_special, parse_special=parse_special
-            )
+            return await asyncio.to_thread(tokens)
         except UnicodeEncodeError:  # a lone surrogate the decoder did not see
             raise UsageError("the prompt is not valid text", param=param) from None
 

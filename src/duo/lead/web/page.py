@@ -51,16 +51,21 @@ TYPES = {
     ".txt": "text/plain; charset=utf-8",
 }
 EVENTS_PATH = "/v1/duo/events"
+MAX_NAME = 100  # characters of a static file's name
 
 
 def asset(name: str) -> bytes | None:
-    """A file of duo/lead/web/static by its plain name; None for anything else."""
-    if not name or "/" in name or "\\" in name or name.startswith("."):
+    """A file of duo/lead/web/static by its plain name; None for anything else (a name too
+    long for the file system, a NUL, a path)."""
+    if not name or len(name) > MAX_NAME or "/" in name or "\\" in name or name.startswith("."):
         return None
     if not any(name.endswith(suffix) for suffix in TYPES):
         return None
     path = resources.files("duo.lead.web").joinpath("static", name)
-    return path.read_bytes() if path.is_file() else None
+    try:
+        return path.read_bytes() if path.is_file() else None
+    except (OSError, ValueError):  # ENAMETOOLONG, embedded NUL, ...: no such file
+        return None
 
 
 class Web:
