@@ -13,7 +13,15 @@ import httpx
 import pytest
 
 from duo.cli import chat
-from duo.cli.chat import History, error_text, format_stats, sse_events, stream_answer
+from duo.cli.chat import (
+    History,
+    command,
+    error_text,
+    format_stats,
+    http_url,
+    sse_events,
+    stream_answer,
+)
 from duo.errors import ClientError
 
 FINAL = {
@@ -118,7 +126,7 @@ def test_response_errors() -> None:
     assert str(chat.response_error(httpx.Response(502, text="<html>"))) == "HTTP 502 Bad Gateway"
 
 
-@pytest.mark.parametrize("url", ["localhost:5555", "ftp://host", "http://", "http://h:x"])
+@pytest.mark.parametrize("url", ["ftp://host", "http://", "http://h:x", "h:x"])
 def test_bad_urls_are_usage_errors(url: str) -> None:
     with pytest.raises(SystemExit) as exit_info:
         parse(["--url", url])
@@ -267,3 +275,33 @@ def test_ctrl_c_during_an_answer_returns_to_the_prompt(
     assert out == "par\nre: two\n"
     assert err.splitlines()[0] == "[interrupted]"
     assert [m["content"] for m in requests[1]["messages"]] == ["two"]  # "one" was dropped
+
+
+@pytest.mark.parametrize(
+    ("line", "what"),
+    [
+        (":quit", "quit"),
+        ("/bye", "quit"),
+        ("/exit", "quit"),
+        (":new", "new"),
+        ("/clear", "new"),
+        (":help", "help"),
+        ("/?", "help"),
+        (":frobnicate", "unknown"),
+        ("/quitt", "unknown"),
+        ("what does /etc/hosts hold?", None),
+        ("/etc/hosts", None),  # a path, sent as it is
+        (":) thanks", None),
+        ("hello", None),
+    ],
+)
+def test_chat_commands_are_not_sent_to_the_model(line: str, what: str | None) -> None:
+    assert command(line) == what
+
+
+@pytest.mark.parametrize(
+    ("given", "url"),
+    [("127.0.0.1:5555", "http://127.0.0.1:5555"), ("https://lead:8443/", "https://lead:8443")],
+)
+def test_chat_takes_a_lead_url_as_duo_back_does(given: str, url: str) -> None:
+    assert http_url(given) == url

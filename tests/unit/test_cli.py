@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from duo.cli.main import main
+from duo.cli.main import build_parser, main
 
 
 @pytest.mark.parametrize(
@@ -37,6 +37,11 @@ from duo.cli.main import main
         (["models", "prepare", "nope"], "unknown model pair"),
         (["back", "--lead", "ftp://host"], "--lead expects a URL"),
         (["lead", "--port", "0"], "positive integer"),
+        (["lead", "--port", "99999"], "expected a port in 1..65535, got 99999"),
+        (["rpc-server", "--port", "70000"], "expected a port in 1..65535"),
+        (["generate", "-p", "hi", "-f", "prompt.txt"], "-p TEXT or -f FILE, not both"),
+        (["lead", "--bogus"], "duo lead: error: unrecognized arguments: --bogus"),
+        (["chat", "--url", "ftp://host"], "expected an http:// or https:// URL"),
         ([], "required"),
     ],
 )
@@ -51,6 +56,17 @@ def test_bad_usage_exits_2_with_a_message(
     assert code == 2
     assert message in err
     assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err  # one line, not argparse's usage block
+    if "argument" in err or "unrecognized" in err or "required" in err:
+        assert err.rstrip().endswith("--help)"), err  # where to look
+
+
+@pytest.mark.parametrize(
+    "argv", [["-v", "lead"], ["lead", "-v"], ["lead", "--verbose", "-np", "2"]]
+)
+def test_verbose_is_taken_anywhere_on_the_line(argv: list[str]) -> None:
+    assert build_parser().parse_args(argv).verbose is True
+    assert build_parser().parse_args(["lead"]).verbose is False
 
 
 def test_a_file_that_is_not_gguf_is_refused(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]

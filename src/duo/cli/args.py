@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any, NoReturn
 
 from duo.cli.progress import Spinner
 from duo.core.sampling import SamplingParams
@@ -28,6 +29,36 @@ def positive(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
+
+
+def port(text: str) -> int:
+    value = positive(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port in 1..65535, got {value}")
+    return value
+
+
+class Parser(argparse.ArgumentParser):
+    """Bad usage is one line and a hint, exit 2 (argparse prints the whole usage block);
+    -v/--verbose is taken anywhere on the line (each subcommand's parser knows it too)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        sub = super().add_subparsers(**kwargs)
+        add_parser = sub.add_parser
+
+        def with_verbose(name: str, **kw: Any) -> argparse.ArgumentParser:
+            child: argparse.ArgumentParser = add_parser(name, **kw)
+            child.add_argument(
+                "-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                help="debug logging",
+            )  # fmt: skip
+            return child
+
+        sub.add_parser = with_verbose  # type: ignore[method-assign]
+        return sub
 
 
 def non_negative(text: str) -> int:

@@ -24,13 +24,21 @@ def client_key(args: argparse.Namespace, env: Sequence[str] = (auth.API_KEY_ENV,
     return keys[0] if keys else None
 
 
-def add_key_args(p: argparse._ActionsContainer, what: str, *, drafter: bool = False) -> None:
+def add_key_args(
+    p: argparse._ActionsContainer,
+    what: str,
+    *,
+    drafter: bool = False,
+    env: Sequence[str] = (auth.API_KEY_ENV,),
+) -> None:
+    """--api-key and --api-key-file (and, with drafter, the lead's drafter keys); `env`:
+    the variables read, in order, when neither flag is given (client_key's)."""
     p.add_argument("--api-key", metavar="KEY", help=what)
     p.add_argument(
         "--api-key-file",
         metavar="PATH",
         help="read --api-key from a file (keeps it off the process list; "
-        f"default ${auth.API_KEY_ENV})",
+        f"default {', else '.join(f'${name}' for name in env)})",
     )
     if drafter:
         p.add_argument(

@@ -1,6 +1,7 @@
 """`duo chat`: a terminal chat with a running lead, each answer streamed as it is generated.
 
-Type a question at the prompt; `:new` starts a new conversation, `:quit` or Ctrl-D exits.
+Type a question at the prompt; `:new` starts a new conversation, `:quit` or Ctrl-D exits,
+`:help` lists the commands (Ollama's `/bye`, `/clear` and `/?` work too).
 Ctrl-C stops the answer being written. With piped stdin, lines are read without a prompt.
 """
 
@@ -202,12 +203,16 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 if tty:
                     print()
                 return 0
-            if text == ":quit":
+            what = command(text)
+            if what == "quit":
                 return 0
-            if text == ":new":
+            if what == "new":
                 history.reset()
                 if tty:
                     note("[new conversation]")
+                continue
+            if what in ("help", "unknown"):
+                note(("" if what == "help" else f"unknown command {text}; ") + HELP)
                 continue
             if not text:
                 continue
@@ -230,7 +235,28 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 note(stats)
 
 
+COMMANDS = {
+    **dict.fromkeys((":quit", ":exit", ":q", "/quit", "/exit", "/bye"), "quit"),
+    **dict.fromkeys((":new", ":clear", "/new", "/clear"), "new"),
+    **dict.fromkeys((":help", ":?", "/help", "/?"), "help"),
+}
+HELP = ":new starts a new conversation, :quit (or Ctrl-D) exits, :help shows this"
+
+
+def command(text: str) -> str | None:
+    """What a line asks of the chat itself ("quit", "new", "help", "unknown"), or None for
+    a message to the model. A lone word starting with ':' or '/' is a command (the `/bye`
+    of Ollama's prompt too); a message that starts so but goes on is sent as it is."""
+    if text in COMMANDS:
+        return COMMANDS[text]
+    if text[:1] in (":", "/") and len(text) > 1 and " " not in text and "/" not in text[1:]:
+        return "unknown"
+    return None
+
+
 def http_url(text: str) -> str:
+    if "://" not in text:  # host:port, as duo back --lead takes it
+        text = f"http://{text}"
     try:
         url = httpx.URL(text)
     except httpx.InvalidURL as e:

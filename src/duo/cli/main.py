@@ -17,6 +17,7 @@ from duo.bench.runners import Prompt
 from duo.bench.suite import MODES as BENCH_MODES
 from duo.bench.suite import PEER_MODES
 from duo.cli.args import (
+    Parser,
     add_model_args,
     add_rpc_arg,
     add_sampling_args,
@@ -74,6 +75,8 @@ def show_generation(
 def cmd_generate(args: argparse.Namespace) -> int:
     if args.prompt is None and args.file is None:
         raise UsageError("give a prompt with -p TEXT or -f FILE")
+    if args.prompt is not None and args.file is not None:
+        raise UsageError("give the prompt with -p TEXT or -f FILE, not both")
     text = args.prompt
     if args.file is not None:
         try:
@@ -235,7 +238,7 @@ def _interleave(order: str, models: ModelConfig) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="duo", description="Asynchronous, distributed speculative decoding on llama.cpp."
     )
     parser.add_argument("--version", action="version", version=f"duo {__version__}")
@@ -353,7 +356,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the command whose flags they are not
+        command = f"duo {args.command}"
+        print(
+            f"{command}: error: unrecognized arguments: {' '.join(extra)} (see {command} --help)",
+            file=sys.stderr,
+        )
+        return 2
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for `duo lead --rpc` workers
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,

@@ -20,6 +20,7 @@ from duo.cli.args import (
     add_spec_args,
     model_config,
     non_negative,
+    port,
     positive,
     spec_config,
 )
@@ -42,6 +43,9 @@ log = logging.getLogger(__name__)
 WS_MAX_SIZE = 16 * 1024
 
 
+BACK_KEY_ENV = (auth.DRAFTER_KEY_ENV, auth.API_KEY_ENV)  # a back's key, when no flag gives it
+
+
 def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     lead = sub.add_parser("lead", help="serve the main model: OpenAI-compatible API + drafters")
     add_model_args(lead)
@@ -49,7 +53,7 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_spec_args(lead, modes=False)
     g = lead.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
-    g.add_argument("--port", type=positive, default=5555, help="port (default %(default)s)")
+    g.add_argument("--port", type=port, default=5555, help="port (default %(default)s)")
     auth_args.add_key_args(
         g, "require this Bearer key on the API (and the drafter channel)", drafter=True
     )
@@ -79,7 +83,9 @@ def add_back_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     back = sub.add_parser("back", help="run a drafter for a lead (on a spare device or machine)")
     back.add_argument("-m", "--model", help="draft model GGUF (default: the default pair's draft)")
     back.add_argument("--pair", help="take the draft model of this named pair")
-    back.add_argument("--lead", default="http://127.0.0.1:5555", help="the lead's URL")
+    back.add_argument(
+        "--lead", default="http://127.0.0.1:5555", help="the lead's URL (default %(default)s)"
+    )
     back.add_argument("-t", "--threads", type=positive, default=1, help="threads")
     back.add_argument("-ngl", "--n-gpu-layers", type=non_negative, default=0, help="GPU layers")
     add_rpc_arg(back)
@@ -102,7 +108,9 @@ def add_back_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="N",
         help="most tokens drafted past the committed ones (default %(default)s)",
     )
-    auth_args.add_key_args(back, "the key to present to the lead: its API key or drafter key")
+    auth_args.add_key_args(
+        back, "the key to present to the lead: its API key or drafter key", env=BACK_KEY_ENV
+    )
     auth_args.add_ca_file_arg(back)
     back.add_argument(
         "--name", default="", help="name shown in the lead's logs and on its web page"
@@ -229,7 +237,7 @@ def cmd_back(args: argparse.Namespace) -> int:
     from duo.session.config import resolve_models
 
     url = drafter_url(args.lead)  # a bad URL, key or CA file fails before the model loads
-    key = auth_args.client_key(args, env=(auth.DRAFTER_KEY_ENV, auth.API_KEY_ENV))
+    key = auth_args.client_key(args, env=BACK_KEY_ENV)
     tls = auth.client_tls(args.ca_file, url.startswith("wss://"))
     if args.model is None:
         _, draft = resolve_models(None, None, args.pair, progress=Spinner)
@@ -276,7 +284,7 @@ def cmd_back(args: argparse.Namespace) -> int:
     return 0
 
 
-def worker_argv(argv: Sequence[str], port: int) -> list[str]:
+def worker_argv(argv: Sequence[str], private_port: int) -> list[str]:
     """Our own command line, bound to a private loopback port instead of the public one."""
     out: list[str] = []
     skip = False
@@ -290,4 +298,4 @@ def worker_argv(argv: Sequence[str], port: int) -> list[str]:
         if arg.startswith(("--host=", "--port=")):
             continue
         out.append(arg)
-    return [sys.executable, "-m", "duo", *out, "--host", "127.0.0.1", "--port", str(port)]
+    return [sys.executable, "-m", "duo", *out, "--host", "127.0.0.1", "--port", str(private_port)]
