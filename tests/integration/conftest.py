@@ -126,7 +126,7 @@ class Cluster:
         return proc, url
 
     def back(self, url: str, *args: str, wait: bool = True) -> Proc:
-        before = health(url)["drafters"]
+        before = health(url)["drafters"] if wait else 0
         proc = Proc(["back", "--lead", url, *args], self.tmp / f"back-{len(self.procs)}.log")
         self.procs.append(proc)
         if wait:

@@ -108,6 +108,9 @@ def test_draft_with_another_vocabulary(pair: tuple[Path, Path], other_vocab_draf
     assert_clean_failure(r, "another vocabulary")
 
 
-def test_prompt_longer_than_the_context(pair: tuple[Path, Path]) -> None:
-    r = duo("generate", "-m", str(pair[0]), "--mode", "target", "-c", "64", "-p", "word " * 400)
-    assert_clean_failure(r, "context")
+@pytest.mark.parametrize("mode", ["target", "sync", "async"])
+def test_prompt_longer_than_the_context(pair: tuple[Path, Path], mode: str) -> None:
+    """One line, whatever the mode: no drafter begins on a prompt that cannot fit."""
+    models = ["-m", str(pair[0]), "-md", str(pair[1])]
+    r = duo("generate", *models, "--mode", mode, "-c", "256", "-n", "4", "-p", "word " * 400)
+    assert_clean_failure(r, "raise it with -c")

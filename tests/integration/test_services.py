@@ -7,6 +7,7 @@ works, errors are 4xx JSON) and concurrent clients are served correctly.
 
 from __future__ import annotations
 
+import http.server
 import json
 import random
 import subprocess
@@ -324,6 +325,33 @@ def test_other_vocabulary_back_is_refused(
         assert health(lead)["status"] == "ok"
         assert health(lead)["drafters"] == 0
         assert metric(lead, "duo_drafters_refused_total") == 1
+
+
+class NotALead(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        self.send_error(404)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_back_pointed_at_no_lead_says_why_and_stops(mcluster: Cluster, lead: str) -> None:
+    """What retrying cannot fix ends the back in one line: https:// to a plain lead, and a
+    server with no drafter channel."""
+    plain = assert_exits(mcluster.back(lead.replace("http://", "https://"), wait=False), 2)
+    assert "does not speak TLS: is the lead's URL http://?" in plain, plain
+    server = http.server.HTTPServer(("127.0.0.1", 0), NotALead)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        other = assert_exits(mcluster.back(url, wait=False), 2)
+    finally:
+        server.shutdown()
+    assert "answered HTTP 404: no duo lead's drafter channel there" in other, other
+    for out in (plain, other):
+        assert "Traceback" not in out
 
 
 # -- 5. a malicious drafter ----------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from duo.cli.main import build_parser, main
@@ -74,3 +76,19 @@ def test_a_file_that_is_not_gguf_is_refused(tmp_path, capsys: pytest.CaptureFixt
     bogus.write_bytes(b"not a model at all")
     assert main(["generate", "-p", "hi", "-m", str(bogus), "--mode", "target"]) == 2
     assert "is not a GGUF file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "template",
+    ["{% for m in messages %}{{ m.content }", "{{ raise_exception('no user turns here') }}"],
+)
+def test_a_broken_chat_template_is_refused_when_given(
+    template: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "t.jinja"
+    path.write_text(template)
+    argv = ["generate", "-p", "hi", "-m", "m.gguf", "--chat-template-file", str(path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"--chat-template-file {path}: not a chat template" in err, err
+    assert len(err.strip().splitlines()) == 1, err

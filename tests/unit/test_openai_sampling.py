@@ -201,3 +201,21 @@ def test_a_schema_within_the_bounds_is_converted() -> None:
     schema = {"properties": {"id": {"type": "string", "pattern": "^[a-z]{2}[0-9]+$"}}}
     assert json_schema_gbnf(schema)
     assert json_schema_gbnf({"enum": list(range(1000))})
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "message"),
+    [
+        ({"prompt": ["Hello", "Bye"]}, "prompt", "a batch of prompts is not supported"),
+        ({"prompt": "hi", "echo": True}, "echo", "'echo' is not supported"),
+    ],
+)
+def test_what_completions_do_not_do_is_said(body: dict[str, Any], param: str, message: str) -> None:
+    with pytest.raises(UsageError, match=re.escape(message)) as e:
+        decode(json.dumps(body).encode(), CompletionRequest)
+    assert e.value.param == param
+
+
+def test_a_list_of_one_prompt_and_echo_false_are_served() -> None:
+    request = decode(b'{"prompt": ["Hello"], "echo": false}', CompletionRequest)
+    assert request.text_or_tokens() == "Hello"

@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import websockets
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.exceptions import (
+    ConnectionClosed,
+    InvalidHandshake,
+    InvalidMessage,
+    InvalidStatus,
+    InvalidURI,
+)
 
 from duo import auth
 from duo.channel import protocol as p
@@ -81,6 +87,25 @@ class Back:
                     raise CertificateError(
                         f"{problem}; not retrying, as retrying cannot fix this"
                     ) from None
+                except ssl.SSLError as e:
+                    if e.reason != "WRONG_VERSION_NUMBER":  # a lead gone mid-handshake, ...
+                        self._unavailable(str(e), delay)
+                    else:  # it answered the TLS hello in plain text
+                        raise UsageError(
+                            f"{self.url} does not speak TLS: is the lead's URL http://? Not "
+                            "retrying, as retrying cannot fix this"
+                        ) from None
+                except InvalidStatus as e:
+                    status = e.response.status_code
+                    if status not in (404, 405, 426):  # a proxy's 502 while the lead restarts
+                        self._unavailable(f"HTTP {status}", delay)
+                    else:
+                        raise UsageError(
+                            f"{self.url} answered HTTP {status}: no duo lead's drafter channel "
+                            "there (is --lead the lead's URL?); not retrying"
+                        ) from None
+                except InvalidMessage:  # not HTTP, or a lead that went mid-handshake
+                    self._unavailable("no HTTP answer to the handshake: is it a duo lead?", delay)
                 except (
                     OSError,
                     ConnectionClosed,
@@ -88,16 +113,14 @@ class Back:
                     TimeoutError,
                     ProtocolError,  # a lead that speaks nonsense: drop it and try again
                 ) as e:
-                    log.warning(
-                        "lead %s unavailable (%s); retrying in %.1fs",
-                        self.url,
-                        type(e).__name__,
-                        delay,
-                    )
+                    self._unavailable(str(e) or type(e).__name__, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.config.retry_max)
         finally:
             self.drafter.stop()
+
+    def _unavailable(self, reason: str, delay: float) -> None:
+        log.warning("lead %s unavailable (%s); retrying in %.1fs", self.url, reason[:200], delay)
 
     async def _connection(self) -> None:
         headers = {p.MODEL_HEADER: _header_text(self.model.path.stem)}

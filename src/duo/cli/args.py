@@ -10,6 +10,7 @@ from duo.cli.progress import Spinner
 from duo.core.sampling import SamplingParams
 from duo.errors import UsageError
 from duo.llama.models import PAIRS
+from duo.llama.vocab import check_chat_template
 from duo.session.config import (
     MODES,
     SPEC_TYPES,
@@ -219,9 +220,14 @@ def read_template(path: str | None) -> str | None:
     if path is None:
         return None
     try:
-        return Path(path).read_text(encoding="utf-8")
+        template = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"--chat-template-file: cannot read {path}: {e}") from None
+    try:
+        check_chat_template(template)
+    except UsageError as e:
+        raise UsageError(f"--chat-template-file {path}: {e}") from None
+    return template
 
 
 def spec_config(args: argparse.Namespace) -> SpecConfig:

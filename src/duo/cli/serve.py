@@ -26,7 +26,7 @@ from duo.cli.args import (
 )
 from duo.cli.console import Console
 from duo.cli.progress import Spinner
-from duo.errors import CertificateError, Refused, exit_code
+from duo.errors import CertificateError, Refused, UsageError, exit_code
 from duo.lead.engine.lead import LeadConfig
 from duo.llama.rpc import setup_rpc
 from duo.net import check_port, free_port, is_loopback
@@ -273,7 +273,7 @@ def cmd_back(args: argparse.Namespace) -> int:
     except Refused as e:
         print(f"duo back: refused by the lead: {e}", file=sys.stderr)
         return exit_code(e)
-    except CertificateError as e:
+    except (CertificateError, UsageError) as e:  # neither is fixed by retrying
         print(f"duo back: {e}", file=sys.stderr)
         return exit_code(e)
     except KeyboardInterrupt:

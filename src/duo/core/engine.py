@@ -148,6 +148,13 @@ def prefill(main: MainModel, prompt: Sequence[int]) -> Prefill:
 def reuse(main: MainModel, prompt: Sequence[int]) -> tuple[int, Sequence[int]]:
     """Keep the main KV's prefix shared with the prompt: (tokens kept, the prompt tokens
     the KV still needs: all but the last, which the first round feeds)."""
+    check_prompt(main, prompt)
+    reused = main.reuse_prefix(prompt[:-1])
+    return reused, prompt[reused:-1]
+
+
+def check_prompt(main: MainModel, prompt: Sequence[int]) -> None:
+    """A prompt the context holds, with room for one token: else UsageError/PromptTooLong."""
     if not prompt:
         raise UsageError("the prompt is empty")
     if len(prompt) >= main.n_ctx:
@@ -155,8 +162,6 @@ def reuse(main: MainModel, prompt: Sequence[int]) -> tuple[int, Sequence[int]]:
             f"the prompt has {len(prompt)} tokens; the context holds {main.n_ctx} "
             "(raise it with -c, or shorten the prompt)"
         )
-    reused = main.reuse_prefix(prompt[:-1])
-    return reused, prompt[reused:-1]
 
 
 def run(
@@ -279,6 +284,7 @@ class Generation:
 
     def start(self) -> Prefill:
         """The draft source hears of the prompt, then the main model evaluates it."""
+        check_prompt(self.main, self.prompt)  # before a drafter begins on it
         self.drafts.begin(self.prompt)
         return prefill(self.main, self.prompt)
 
@@ -286,6 +292,7 @@ class Generation:
         """Start, leaving the prompt to the caller: the draft source hears of it, and the
         main KV keeps its shared prefix. Returns (tokens kept, the prompt tokens the caller
         must evaluate before the first round, as `step`'s prefill)."""
+        check_prompt(self.main, self.prompt)  # before a drafter begins on it
         self.drafts.begin(self.prompt)
         return reuse(self.main, self.prompt)
 

@@ -13,6 +13,8 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+from duo.errors import UsageError
+
 # llama.cpp's vocabulary types, and the token attributes that let a special token swallow
 # the whitespace next to it (llama.h: enum llama_vocab_type, enum llama_token_attr).
 _VOCAB_SPM, _VOCAB_BPE = 1, 2
@@ -148,3 +150,18 @@ class Vocabulary:
         formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
         prompt: str = formatter(messages=list(messages), tools=tools).prompt  # type: ignore[arg-type]
         return prompt
+
+
+def check_chat_template(template: str) -> None:
+    """Raise UsageError unless `template` is a Jinja chat template that renders a chat of
+    one user message (as render_chat renders it), so that a broken one is refused when it
+    is given, not blamed on every request's messages."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    try:
+        formatter = Jinja2ChatFormatter(template=template, eos_token="</s>", bos_token="<s>")
+        formatter(messages=[{"role": "user", "content": "Hello"}])
+    except Exception as e:  # Jinja's syntax and runtime errors, the template's own raises
+        raise UsageError(
+            f"not a chat template that renders a user message ({type(e).__name__}: {str(e)[:200]})"
+        ) from None

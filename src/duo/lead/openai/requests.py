@@ -224,10 +224,23 @@ class CompletionRequest(Sampling, kw_only=True):
         Annotated[int, Meta(ge=0, le=MAX_TOP_LOGPROBS)] | None,
         Meta(description="the logprobs of each token and of this many alternatives"),
     ] = None
+    echo: Annotated[
+        bool | None, Meta(description="not supported: true is refused (the reply: the completion)")
+    ] = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.echo:
+            raise UsageError(
+                "'echo' is not supported: the reply holds the completion only", param="echo"
+            )
         prompt = self.prompt
+        if isinstance(prompt, list) and sum(isinstance(t, str) for t in prompt) > 1:
+            raise UsageError(
+                "'prompt' holds several texts: a batch of prompts is not supported; send one "
+                "request per prompt ('n' asks for several completions of one)",
+                param="prompt",
+            )
         if isinstance(prompt, list) and not (
             (len(prompt) == 1 and isinstance(prompt[0], str))
             or (prompt and all(isinstance(t, int) for t in prompt))
