@@ -109,3 +109,10 @@ def _beside(
             model.truncate(0, seq)
         parts.append((seq, tokens[: rng.randint(1, 4)]))
     return sorted(parts)
+
+
+def test_a_sequence_holds_the_context_asked_for(pair: tuple[Path, Path]) -> None:
+    """llama.cpp rounds a context up to 256 cells; -c 8 still means 8 tokens, not 256."""
+    for n_seq in (1, 3):
+        with Model(pair[0], n_ctx=8, n_seq=n_seq) as model:
+            assert model.n_ctx == 8

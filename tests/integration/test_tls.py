@@ -88,7 +88,8 @@ def exit_code(proc: Proc, timeout: float = 120) -> int:
 
 
 def test_the_startup_line_shows_https_and_no_key_is_on_the_command_line(lead: TlsLead) -> None:
-    assert f"on {lead.url} (drafters: duo back --lead {lead.url})" in lead.proc.output()
+    hint = f"(drafters: duo back --lead {lead.url} --api-key-file FILE (a drafter key; or "
+    assert f"on {lead.url} {hint}${DRAFTER_KEY_ENV}))" in lead.proc.output()  # the key it needs
     cmdline = Path(f"/proc/{lead.proc.popen.pid}/cmdline").read_bytes().split(b"\0")
     assert any(arg.endswith(b"api-keys") for arg in cmdline)  # the file's path, not its keys
     for secret in (API_KEY, DRAFTER_KEY, "another-key"):

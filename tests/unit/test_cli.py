@@ -92,3 +92,13 @@ def test_a_broken_chat_template_is_refused_when_given(
     err = capsys.readouterr().err
     assert f"--chat-template-file {path}: not a chat template" in err, err
     assert len(err.strip().splitlines()) == 1, err
+
+
+def test_the_lead_hints_the_back_command_with_the_key_it_needs() -> None:
+    from duo.auth import Keys
+    from duo.cli.serve import back_hint
+
+    url = "http://h:5555"
+    assert back_hint(url, Keys()) == f"drafters: duo back --lead {url}"
+    assert "(an API key; or $DUO_API_KEY)" in back_hint(url, Keys(api=("k",)))
+    assert "(a drafter key; or $DUO_DRAFTER_KEY)" in back_hint(url, Keys(("k",), ("d",)))

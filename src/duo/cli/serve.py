@@ -161,10 +161,7 @@ def cmd_lead(args: argparse.Namespace) -> int:
     try:
         local = f" + local drafter {models.draft.name}" if models.draft else ""
         url = _public_url(args.host, args.port, tls)
-        print(
-            f"duo lead: {models.main.name}{local} on {url} (drafters: duo back --lead {url})",
-            flush=True,
-        )
+        print(f"duo lead: {models.main.name}{local} on {url} ({back_hint(url, keys)})", flush=True)
         server = _server(
             service.feed.close,
             uvicorn.Config(
@@ -282,6 +279,16 @@ def cmd_back(args: argparse.Namespace) -> int:
     finally:
         model.close()
     return 0
+
+
+def back_hint(url: str, keys: auth.Keys) -> str:
+    """How a drafter joins: the command, with the key it must present if there is one."""
+    hint = f"drafters: duo back --lead {url}"
+    if keys.drafter:
+        return f"{hint} --api-key-file FILE (a drafter key; or ${auth.DRAFTER_KEY_ENV})"
+    if keys.api:
+        return f"{hint} --api-key-file FILE (an API key; or ${auth.API_KEY_ENV})"
+    return hint
 
 
 def worker_argv(argv: Sequence[str], private_port: int) -> list[str]:

@@ -131,7 +131,8 @@ class Model:
         self.n_vocab = self.vocab.n_vocab
         self.deterministic = deterministic
         n_ctx_seq = lib.llama_n_ctx_seq(self._ctx) // (n_seq if shared else 1)
-        self.n_ctx: int = n_ctx_seq - spare
+        # llama.cpp rounds a context up (to 256 cells); a sequence holds what was asked
+        self.n_ctx: int = min(n_ctx_seq - spare, n_ctx) if n_ctx > 0 else n_ctx_seq - spare
         n_batch = lib.llama_n_batch(self._ctx)  # llama.cpp may lower it to n_ctx
         self.n_batch: int = n_batch - spare * n_seq  # a token per sequence for the padding
         self._n_ubatch: int = lib.llama_n_ubatch(self._ctx)
