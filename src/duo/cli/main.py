@@ -29,6 +29,7 @@ from duo.cli.args import (
     spec_config,
 )
 from duo.cli.chat import add_chat_parser
+from duo.cli.load import OtherLoad, busy_note
 from duo.cli.progress import Spinner
 from duo.cli.rpc_server import add_rpc_server_parser
 from duo.cli.serve import add_back_parser, add_lead_parser
@@ -104,6 +105,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     config = model_config(args, need_draft=True)
     color = sys.stdout.isatty()
     results = {}
+    load = OtherLoad()
     for mode in MODES:
         print(f"\n=== {mode} ===", flush=True)
         with Session(config, replace(spec, mode=mode)) as session:
@@ -120,6 +122,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             f"{mode:8} {s.tokens_per_second:8.2f} {speedup:9.2f}x "
             f"{s.acceptance_rate:8.2f} {s.mean_acceptance_length:9.2f}"
         )
+    if note := busy_note(load.share()):
+        print(note)
     return 0
 
 
