@@ -614,3 +614,40 @@ def test_the_documents_defaults_are_the_ones_the_lead_runs_with() -> None:
             else:
                 assert defaults[field] == value, (path, field)
         assert defaults["top_p"] == s.top_p == 0.95
+
+
+def test_cors_is_off_by_default_and_answers_the_origins_given() -> None:
+    """A browser's preflight: 405 without --cors-origins (no page may call the API); with
+    it, allowed for the origins given, with the Authorization header, never credentials."""
+    lead = ScriptedLead()
+    preflight = {
+        "Origin": "https://app.example.com",
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization,content-type",
+    }
+
+    async def go(origins: tuple[str, ...], origin: str) -> tuple[httpx.Response, httpx.Response]:
+        app = Api(lead, None, None, lambda h: True, 1 << 20).app(cors_origins=origins)  # type: ignore[arg-type]
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://lead"
+        ) as c:
+            headers = {**preflight, "Origin": origin}
+            before = await c.options("/v1/chat/completions", headers=headers)
+            after = await c.post(
+                "/v1/completions", json={"prompt": "hi"}, headers={"Origin": origin}
+            )
+            return before, after
+
+    before, after = run(go((), "https://app.example.com"))
+    assert before.status_code == 405 and "access-control-allow-origin" not in after.headers
+    before, after = run(go(("https://app.example.com",), "https://app.example.com"))
+    assert before.status_code == 200, before.text
+    assert before.headers["access-control-allow-origin"] == "https://app.example.com"
+    assert "authorization" in before.headers["access-control-allow-headers"].lower()
+    assert "access-control-allow-credentials" not in before.headers
+    assert after.status_code == 200
+    assert after.headers["access-control-allow-origin"] == "https://app.example.com"
+    before, _ = run(go(("https://app.example.com",), "https://evil.example"))
+    assert before.status_code == 400  # an origin not given
+    before, after = run(go(("*",), "https://anywhere.example"))
+    assert before.status_code == 200 and after.headers["access-control-allow-origin"] == "*"

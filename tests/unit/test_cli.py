@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,16 @@ def test_the_lead_hints_the_back_command_with_the_key_it_needs() -> None:
     assert back_hint(url, Keys()) == f"drafters: duo back --lead {url}"
     assert "(an API key; or $DUO_API_KEY)" in back_hint(url, Keys(api=("k",)))
     assert "(a drafter key; or $DUO_DRAFTER_KEY)" in back_hint(url, Keys(("k",), ("d",)))
+
+
+def test_cors_origins_are_checked() -> None:
+    from duo.cli.serve import cors_origins
+
+    assert cors_origins("*") == ("*",)
+    assert cors_origins("https://a.example/, http://localhost:3000") == (
+        "https://a.example",
+        "http://localhost:3000",
+    )
+    for bad in ("a.example", "https://a.example/app", "*,https://a.example", "ftp://x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            cors_origins(bad)

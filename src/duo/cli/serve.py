@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from duo import auth
 from duo.cli import auth_args
@@ -58,6 +59,14 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         g, "require this Bearer key on the API (and the drafter channel)", drafter=True
     )
     auth_args.add_server_tls_args(g)
+    g.add_argument(
+        "--cors-origins",
+        type=cors_origins,
+        default=(),
+        metavar="LIST",
+        help="let web pages of these origins call the API from a browser: comma-separated, "
+        "e.g. https://app.example.com,http://localhost:3000, or '*' for any (default: none)",
+    )
     g.add_argument(
         "--max-body",
         type=positive,
@@ -141,6 +150,7 @@ def cmd_lead(args: argparse.Namespace) -> int:
         port=args.port,
         api_key=keys,
         max_body=args.max_body,
+        cors_origins=args.cors_origins,
         parallel=args.parallel,
     )
     if not is_loopback(args.host) and not keys.api:
@@ -279,6 +289,21 @@ def cmd_back(args: argparse.Namespace) -> int:
     finally:
         model.close()
     return 0
+
+
+def cors_origins(text: str) -> tuple[str, ...]:
+    """'*', or origins (scheme://host[:port], no path) separated by commas."""
+    origins = tuple(o.strip().rstrip("/") for o in text.split(",") if o.strip())
+    for origin in origins:
+        parts = urlsplit(origin)
+        is_origin = parts.scheme in ("http", "https") and parts.netloc and not parts.path
+        if origin != "*" and not is_origin:
+            raise argparse.ArgumentTypeError(
+                f"expected '*' or origins such as https://app.example.com, got {origin!r}"
+            )
+    if "*" in origins and len(origins) > 1:
+        raise argparse.ArgumentTypeError("'*' allows every origin: give it alone")
+    return origins
 
 
 def back_hint(url: str, keys: auth.Keys) -> str:

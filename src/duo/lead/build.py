@@ -61,5 +61,6 @@ def build_lead(
     feed = Feed(backs, lead.health, lambda: metrics.total.by_source, lambda: metrics.requests)
     metrics.listeners.append(feed.finished)
     web = Web(feed, keys.allows_api)
-    app = Api(lead, metrics, drafters, keys.allows_api, config.max_body).app(web.routes())
+    api = Api(lead, metrics, drafters, keys.allows_api, config.max_body)
+    app = api.app(web.routes(), cors_origins=config.cors_origins)
     return LeadService(lead, app, feed)

@@ -41,6 +41,9 @@ class LeadConfig:
     # lead only a few tens of megabytes while it is read.
     max_body: int = 8 * 1024 * 1024
     parallel: int = 1  # --parallel / -np: requests decoded together, one slot each
+    # --cors-origins: web pages of these origins ("*": any) may call the API from a
+    # browser; none by default
+    cors_origins: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

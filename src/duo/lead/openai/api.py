@@ -31,6 +31,8 @@ from typing import Any, TypeVar
 import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
@@ -100,8 +102,10 @@ class Api:
         self.bodies: dict[str, type[msgspec.Struct]] = {}  # path -> its request's type
         self._document: dict[str, Any] | None = None
 
-    def app(self, more: Sequence[BaseRoute] = ()) -> Starlette:
-        """The app: the API's routes, and `more` (the web page's)."""
+    def app(self, more: Sequence[BaseRoute] = (), cors_origins: Sequence[str] = ()) -> Starlette:
+        """The app: the API's routes, and `more` (the web page's); browsers on pages of
+        `cors_origins` ("*": any) may call it (CORS: preflights answered, the headers
+        set). Credentials mode is never allowed: keys go in the Authorization header."""
         ext = self.extensions
         routes = [
             Route("/health", self.health),
@@ -122,7 +126,16 @@ class Api:
             HTTPException: self._http_error,
             Exception: self._internal_error,
         }
-        return Starlette(routes=routes, exception_handlers=handlers)
+        cors = Middleware(
+            CORSMiddleware,
+            allow_origins=list(cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+            allow_credentials=False,
+            max_age=600,
+        )
+        middleware = [cors] if cors_origins else []
+        return Starlette(routes=routes, exception_handlers=handlers, middleware=middleware)
 
     def _get(self, path: str, endpoint: Endpoint) -> Route:
         async def authorized(request: Request) -> Response:
