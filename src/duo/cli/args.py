@@ -39,12 +39,17 @@ def port(text: str) -> int:
     return value
 
 
+def usage_error(prog: str, message: str) -> str:
+    """Bad usage, in one line, with where to look."""
+    return f"{prog}: error: {message} (see {prog} --help)"
+
+
 class Parser(argparse.ArgumentParser):
     """Bad usage is one line and a hint, exit 2 (argparse prints the whole usage block);
     -v/--verbose is taken anywhere on the line (each subcommand's parser knows it too)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, usage_error(self.prog, message) + "\n")
 
     def add_subparsers(self, **kwargs: Any) -> Any:
         sub = super().add_subparsers(**kwargs)

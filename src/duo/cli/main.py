@@ -27,6 +27,7 @@ from duo.cli.args import (
     positive,
     sampling_params,
     spec_config,
+    usage_error,
 )
 from duo.cli.chat import add_chat_parser
 from duo.cli.load import OtherLoad, busy_note
@@ -362,11 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the command whose flags they are not
-        command = f"duo {args.command}"
-        print(
-            f"{command}: error: unrecognized arguments: {' '.join(extra)} (see {command} --help)",
-            file=sys.stderr,
-        )
+        message = f"unrecognized arguments: {' '.join(extra)}"
+        print(usage_error(f"duo {args.command}", message), file=sys.stderr)
         return 2
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for `duo lead --rpc` workers
     logging.basicConfig(

@@ -135,7 +135,7 @@ def unenforced(schema: object, path: str = "#", depth: int = 0) -> str | None:
     return None
 
 
-def check_size(schema: dict[str, Any]) -> None:
+def check_bounds(schema: dict[str, Any]) -> None:
     """Refuse a schema whose grammar would cost every token of its reply (and the slot it
     holds) too much: more than MAX_SCHEMA_BYTES of JSON, or more than MAX_ENUM_VALUES
     `enum` entries in all (OpenAI's limit); and a `pattern` that is no regular expression.
@@ -219,7 +219,7 @@ def _check_enforceable(schema: dict[str, Any]) -> None:
             f"the JSON schema uses '{keyword}' (at {where[:200]}), which structured output "
             "cannot enforce"
         )
-    check_size(schema)
+    check_bounds(schema)
 
 
 def nesting(gbnf: str) -> int:
