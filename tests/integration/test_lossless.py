@@ -39,6 +39,11 @@ def sessions(pair: tuple[Path, Path]) -> Iterator[dict[str, Session]]:
         "async": Session(
             models, SpecConfig(mode="async", draft_max=4, adaptive=False, spec_types=MODEL)
         ),
+        # The drafter's branches too: after a rejection the lead may verify one of them.
+        "fanout": Session(
+            models,
+            SpecConfig(mode="async", draft_max=4, adaptive=False, spec_types=MODEL, fanout=2),
+        ),
         # Free drafters alone (every lookup verified).
         "free": Session(target, SpecConfig(mode="async", adaptive=False, spec_types=FREE)),
     }
@@ -88,6 +93,10 @@ def deterministic(pair: tuple[Path, Path]) -> Iterator[dict[str, Session]]:
         "async": Session(
             models, SpecConfig(mode="async", draft_max=4, adaptive=False, deterministic=True)
         ),
+        "fanout": Session(
+            models,
+            SpecConfig(mode="async", adaptive=False, deterministic=True, fanout=2),
+        ),
         "free": Session(
             target, SpecConfig(mode="async", adaptive=False, deterministic=True, spec_types=FREE)
         ),
@@ -136,7 +145,7 @@ def test_every_mode_equals_target(
     prompt, target, _ = run(sessions["target"], kind, text)
     assert len(target) > 8
     outputs = {"sync": sync_run(kind, text)}
-    for mode in ("async", "free"):
+    for mode in ("async", "fanout", "free"):
         outputs[mode] = run(sessions[mode], kind, text)
     outputs["all"] = run(adaptive, kind, text)
     for mode, (_, got, stats) in outputs.items():
@@ -160,7 +169,7 @@ def test_seeded_sampling_equals_target(
     (llama.cpp's single-token kernels round differently from its batched ones, and a
     sampled draw near a boundary would otherwise land on either side)."""
     _, target, _ = run(deterministic["target"], kind, text, sampling)
-    for mode in ("sync", "async", "free"):
+    for mode in ("sync", "async", "fanout", "free"):
         _, got, stats = run(deterministic[mode], kind, text, sampling)
         assert stats.drafted > 0
         assert got == target, f"{mode} differs from target with seed {sampling.seed}"

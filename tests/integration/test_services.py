@@ -259,11 +259,12 @@ def assert_exits(proc: Proc, code: int, timeout: float = 60) -> str:
 # -- 1. a back never changes the output ----------------------------------------------------
 
 
-def test_back_does_not_change_output(mcluster: Cluster, lead: str, refs: Refs) -> None:
+@pytest.mark.parametrize("fanout", ["0", "2"])
+def test_back_does_not_change_output(mcluster: Cluster, lead: str, refs: Refs, fanout: str) -> None:
     assert refs.raw.strip() and refs.chat.strip()
     assert refs.raw == refs.cli_raw, "the API without backs differs from duo generate"
     assert refs.chat == refs.cli_chat, "chat without backs differs from duo generate --chat"
-    with back_on(mcluster, lead):
+    with back_on(mcluster, lead, "--fanout", fanout):
         raw = complete(lead, RAW_PROMPT, N)
         chat_body = chat(lead, CHAT_PROMPT, N)
     assert raw["timings"]["draft_n"] > 0, "no draft verified: the check would be vacuous"

@@ -51,9 +51,12 @@ class FakeModel:
         n_ctx: int = 512,
         eog: int | None = None,
         soft: bool = False,
+        runner_up: dict[tuple[int, int], int] | None = None,
     ):
         self.table = table
         self.soft = soft  # soft: a full distribution per context, for sampling tests
+        # sure of its next token (p ~0.8), or unsure between it and runner_up's (0.6/0.2)
+        self.runner_up = runner_up
         self.n_ctx = n_ctx
         self.n_vocab = N_VOCAB
         self.tokens: list[int] = []
@@ -70,7 +73,11 @@ class FakeModel:
         for token in tokens:
             self.tokens.append(token)
             row = soft_logits(self.tokens) if self.soft else np.zeros(N_VOCAB, dtype=np.float32)
-            if not self.soft:
+            if self.runner_up is not None:
+                a = self.tokens[-2] if len(self.tokens) > 1 else 0
+                row[self.runner_up[(a, token)]] = 3.0
+                row[self.next_token(self.tokens)] = 4.0
+            elif not self.soft:
                 row[self.next_token(self.tokens)] = 1.0
             rows.append(row)
         return np.stack(rows if all_logits else rows[-1:])
@@ -108,6 +115,9 @@ class FakeBatchModel:
 
     def sequence(self, seq: int) -> FakeModel:
         return self.seqs[seq]
+
+    def fork(self, src: int, dst: int, n: int) -> None:
+        self.seqs[dst].tokens = self.seqs[src].tokens[:n]
 
     def decode_batch(
         self,

@@ -79,3 +79,50 @@ def test_a_back_frames_each_sessions_draft_apart() -> None:
         p.DraftMsg(2, 2, (9,)),
         p.DraftMsg(1, 6, (8,)),
     ]
+
+
+def test_the_lead_takes_the_branch_that_its_correction_took() -> None:
+    """A back's branch leaves its draft where the back was unsure: after the lead rejects
+    the draft's guess there and commits the branch's token, the branch is proposed."""
+    backs = Backs()
+    connect(backs, "gpu")
+    remote = backs.remotes[0]
+    a = backs.source(0)
+    a.begin([1, 2, 3])
+    backs.receive(remote, a.session, 3, (4, 5, 6, 7))
+    backs.receive_branch(remote, a.session, 5, 0, (9, 10))  # 1 2 3 | 4 5 -> 9 10
+    backs.receive_branch(remote, a.session, 5, 2, (11,))  # the branch grows: 9 10 11
+    backs.receive_branch(remote, a.session, 4, 0, (8, 8))  # 1 2 3 | 4 -> 8 8
+    backs.receive_branch(remote, a.session, 6, 1, (12,))  # continues no branch held
+    assert set(remote.branches[a.session]) == {4, 5}
+    assert a.propose([1, 2, 3], 8)[0].tokens == (4, 5, 6, 7)  # the draft first
+
+    a.commit(3, [4, 5, 9])  # the draft's 6 rejected, the lead's token is the branch's
+    assert a.propose([1, 2, 3, 4, 5, 9], 8)[0].tokens == (10, 11)
+    assert set(remote.branches[a.session]) == {5}  # the branch at 4 can no longer be
+    a.commit(6, [10, 0])
+    assert a.propose([1, 2, 3, 4, 5, 9, 10, 0], 8) == []
+    assert a.received() == {"back:gpu": 4 + 2 + 1 + 2 + 1}
+    a.end()
+    assert a.session not in remote.branches
+
+
+def test_a_back_frames_what_is_new_in_each_branch() -> None:
+    model = FakeBatchModel([FakeModel(table_model(3)) for _ in range(2)])
+    back = BackDrafter(cast(Model, model), parallel=2, max_ahead=4)
+    outbox = Outbox()
+    back.attach(outbox.put_nowait, 2)
+    back.on_message(p.Begin(1, (1, 2, 3)))
+    back.frame(1, Draft(3, (5, 6)), (Draft(3, (5, 9, 1)),))
+    back.frame(1, Draft(3, (5, 6, 7)), (Draft(3, (5, 9, 1, 2)), Draft(3, (8, 4))))
+    back.frame(1, Draft(3, (5, 6, 7)), (Draft(3, (5, 9, 3)),))  # another branch at 4
+    back.frame(1, Draft(5, (7,)), (Draft(5, (2, 2)),))  # committed past 4: at 5 is new
+    assert outbox.frames == [
+        p.DraftMsg(1, 3, (5, 6)),
+        p.Branch(1, 4, 0, (9, 1)),
+        p.Append((7,)),
+        p.Branch(1, 4, 2, (2,)),
+        p.Branch(1, 3, 0, (8, 4)),
+        p.Branch(1, 4, 0, (9, 3)),
+        p.Branch(1, 5, 0, (2, 2)),
+    ]

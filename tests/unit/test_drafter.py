@@ -7,6 +7,7 @@ from typing import cast
 
 from duo.core.draft import Draft
 from duo.drafting.drafter import DraftWorker, Mirror
+from duo.drafting.sources import ThreadDrafts
 from duo.llama.backend import Model
 from tests.unit.fakes import FakeBatchModel, FakeModel, reference, table_model
 
@@ -44,8 +45,8 @@ def test_worker_drafts_ahead_up_to_max_ahead_and_publishes() -> None:
     drafts: list[Draft] = []
     done = threading.Event()
 
-    def publish(key: int, d: Draft) -> None:
-        assert key == 7
+    def publish(key: int, d: Draft, branches: tuple[Draft, ...]) -> None:
+        assert key == 7 and branches == ()
         drafts.append(d)
         if len(d.tokens) >= 5:
             done.set()
@@ -65,12 +66,27 @@ class Published:
 
     def __init__(self) -> None:
         self.drafts: dict[int, list[Draft]] = {}
+        self.branches: dict[int, list[tuple[Draft, ...]]] = {}
         self.cv = threading.Condition()
 
-    def __call__(self, key: int, d: Draft) -> None:
+    def __call__(self, key: int, d: Draft, branches: tuple[Draft, ...] = ()) -> None:
         with self.cv:
             self.drafts.setdefault(key, []).append(d)
+            self.branches.setdefault(key, []).append(branches)
             self.cv.notify_all()
+
+    def wait_for_branch(self, key: int, path: tuple[int, ...]) -> Draft:
+        """The first branch published that starts with `path`."""
+
+        def found() -> Draft | None:
+            every = (b for bs in self.branches.get(key, []) for b in bs)
+            return next((b for b in every if b.tokens[: len(path)] == path), None)
+
+        with self.cv:
+            assert self.cv.wait_for(lambda: found() is not None, timeout=5)
+            branch = found()
+            assert branch is not None
+            return branch
 
     def wait_for(self, key: int, n_committed: int, length: int) -> Draft:
         def found() -> Draft | None:
@@ -162,3 +178,45 @@ def test_a_resting_worker_hears_commits_without_decoding_then_catches_up_in_one_
         assert draft.tokens == tuple(reference(table, committed, 3))
     finally:
         worker.stop()
+
+
+def test_a_branch_at_an_unsure_guess_is_ready_for_the_lead_s_correction() -> None:
+    """The drafter guesses x where the main model says y, and was unsure there (y its
+    runner-up): it drafts a branch from y on, and when the lead commits y the branch
+    becomes its chain, in the branch's sequence (no roll-back, nothing evaluated again)."""
+    main = table_model(31)
+    prompt = [1, 2]
+    ref = reference(main, prompt, 8)
+    draft = dict(main)
+    draft[(2, ref[0])] = x = ref[1] % 15 + 1  # the second guess is wrong: x, not ref[1]
+    models = [FakeModel(draft, runner_up=main) for _ in range(3)]
+    published = Published()
+    worker = DraftWorker(
+        cast(Model, FakeBatchModel(models)), published, max_ahead=4, fanout=2
+    ).start()
+    try:
+        worker.begin(0, prompt)
+        assert published.wait_for(0, 2, 4).tokens[:2] == (ref[0], x)
+        branch = published.wait_for_branch(0, (ref[0], ref[1], ref[2]))
+        assert branch.start == 2 and branch.tokens == tuple(ref[: len(branch.tokens)])
+
+        worker.commit(0, 2, ref[:2])  # the lead rejects x and commits y = ref[1]
+        chain = published.wait_for(0, 4, 4)
+        assert chain.tokens == tuple(ref[2:6])
+        assert worker.tracks[0].seq != 0  # the chain is the branch's sequence now
+    finally:
+        worker.stop()
+
+
+def test_the_lead_proposes_the_branch_that_continues_its_commits() -> None:
+    drafts = ThreadDrafts(cast(Model, FakeModel(table_model(1))), max_ahead=4)
+    try:
+        slot = drafts.source(0)
+        drafts._publish(0, Draft(2, (5, 6, 7)), (Draft(2, (5, 9, 10)), Draft(2, (8, 1))))
+        assert slot.propose([1, 2], 8)[0].tokens == (5, 6, 7)
+        assert slot.propose([1, 2, 5, 9], 8)[0].tokens == (10,)
+        assert slot.propose([1, 2, 8], 1)[0].tokens == (1,)
+        assert slot.propose([1, 2, 5, 4], 8) == []
+        assert slot.received()["model"] == 3 + 2 + 2
+    finally:
+        drafts.close()

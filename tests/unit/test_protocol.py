@@ -17,6 +17,8 @@ MESSAGES = [
     p.End(7),
     p.DraftMsg(7, 5, (6, 7, 8)),
     p.Append((9,)),
+    p.Branch(7, 6, 0, (10, 11)),
+    p.Branch(7, 6, 2, (12,)),
 ]
 
 
@@ -41,12 +43,37 @@ def test_frames_are_small() -> None:
         b"\x06\x01\x00\x00\x00\x00",
         b"\x07\x01\x00\x00\x00\x00\x00\x00\x00\x01",
         b"\x02\x01\x00\x03",
+        b"\x09\x01\x00\x00\x00\x02\x00\x00",  # a BRANCH cut short of its `at`
+        b"\x09\x01\x00\x00\x00\x02\x00\x00\x00\x00\x01",  # half a token
         "text frame",
     ],
 )
 def test_malformed_frames_raise_protocol_error(frame: bytes | str) -> None:
     with pytest.raises(ProtocolError):
         p.decode(frame, 2)
+
+
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 2**32 - 1),
+    st.integers(0, p.MAX_AT),
+    st.lists(st.integers(0, 99), max_size=p.MAX_DRAFT_TOKENS),
+    st.sampled_from([2, 4]),
+)
+def test_a_branch_frame_round_trips_within_the_bounds(
+    session: int, fork: int, at: int, tokens: list[int], width: int
+) -> None:
+    frame = p.encode(p.Branch(session, fork, at, tuple(tokens)), width)
+    assert len(frame) == 10 + width * len(tokens)
+    assert p.decode_draft(frame, width, 100) == p.Branch(session, fork, at, tuple(tokens))
+
+
+def test_a_back_s_branch_is_refused_past_the_bounds() -> None:
+    too_many = p.encode(p.Branch(1, 2, 0, (1,) * (p.MAX_DRAFT_TOKENS + 1)), 2)
+    outside = p.encode(p.Branch(1, 2, 0, (5, 100)), 2)
+    for frame in (too_many, outside, too_many[:9]):
+        with pytest.raises(ProtocolError):
+            p.decode_draft(frame, 2, 100)
 
 
 def test_tokens_must_fit_the_width() -> None:

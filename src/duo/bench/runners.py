@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import httpx
 
+from duo.bench.link import DelayProxy
 from duo.core.sampling import SamplingParams
 from duo.core.stats import Readiness, SourceStats, Stats
 from duo.errors import UsageError
@@ -131,6 +132,7 @@ class LeadBack(Runner):
         n: int,
         sampling: SamplingParams,
         spec_types: str,
+        rtt_ms: float = 0.0,
     ) -> None:
         assert models.draft is not None
         self.mode = mode
@@ -138,6 +140,9 @@ class LeadBack(Runner):
         self.devices = _devices(spec, models) + " (2 processes)"
         port = free_port()
         url = f"http://127.0.0.1:{port}"
+        # the back reaches the lead across a delayed link, if one is asked for
+        self.link = DelayProxy(("127.0.0.1", port), rtt_ms / 2000).start() if rtt_ms else None
+        back_url = f"http://127.0.0.1:{self.link.port}" if self.link else url
         pin_main = cores_text(spec.main_cores, "")
         pin_draft = cores_text(spec.draft_cores, "")
         lead_cmd = [
@@ -149,8 +154,9 @@ class LeadBack(Runner):
         if pin_main:
             lead_cmd += ["--pin", f"{pin_main}:"]
         back_cmd = [
-            sys.executable, "-m", "duo", "back", "-m", str(models.draft), "--lead", url,
+            sys.executable, "-m", "duo", "back", "-m", str(models.draft), "--lead", back_url,
             "-t", str(models.draft_threads), "--max-ahead", str(spec.max_ahead),
+            "--fanout", str(spec.fanout),
             "-ngl", str(models.n_gpu_layers_draft), "-c", str(models.n_ctx),
         ]  # fmt: skip
         if pin_draft:
@@ -208,6 +214,8 @@ class LeadBack(Runner):
         for proc in reversed(self.procs):
             proc.terminate()
             proc.wait(timeout=30)
+        if self.link is not None:
+            self.link.stop()
 
 
 class Peer(NamedTuple):

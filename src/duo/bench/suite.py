@@ -20,8 +20,10 @@ import contextlib
 import json
 import math
 import os
+import re
 import statistics
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -50,6 +52,32 @@ MODES = (
     "lead+back",
     "lead+back+free",
 )
+FANOUT_MODES = ("async", "async+free", "lead+back", "lead+back+free")  # async model drafters
+LINK_MODES = ("lead+back", "lead+back+free")  # a back across a link
+_VARIANT = re.compile(r"(?P<mode>[^:@]+)(?::f(?P<fanout>\d+))?(?:@(?P<rtt>[\d.]+)ms)?")
+
+
+def variants(modes: Sequence[str], fanouts: Sequence[int], rtts: Sequence[float]) -> list[str]:
+    """Each mode at each fan-out (MODE:fF) and link (MODE@Nms) that applies to it, when
+    there is more than the default one."""
+    out = []
+    for mode in modes:
+        fs = [f":f{f}" for f in fanouts] if mode in FANOUT_MODES and len(fanouts) > 1 else [""]
+        links = list(rtts) != [0] and mode in LINK_MODES
+        ls = [f"@{r:g}ms" for r in rtts] if links else [""]
+        out += [mode + f + link for f in fs for link in ls]
+    return list(dict.fromkeys(out))
+
+
+def parse_variant(label: str) -> tuple[str, int | None, float | None]:
+    """MODE[:fF][@Nms] -> (mode, fan-out or None, round trip or None)."""
+    match = _VARIANT.fullmatch(label)
+    if match is None:
+        return label, None, None
+    fanout, rtt = match["fanout"], match["rtt"]
+    return match["mode"], int(fanout) if fanout else None, float(rtt) if rtt else None
+
+
 MODEL_ONLY = frozenset({"model"})  # sync, async, lead+back: the draft model alone
 FREE = frozenset({"ngram", "suffix"})  # free-1, free-all: no draft model
 # llama.cpp's own binaries, when available (duo.bench.llamacpp says which is whose peer)
@@ -88,6 +116,8 @@ class ModeResult:
     lead_cpu_ms_per_token: float | None = None
     speedup_vs_target_1: float | None = None
     speedup_vs_sync: float | None = None
+    fanout: int | None = None  # the model drafter's branches (--fanout); None: no drafter
+    rtt_ms: float | None = None  # the link's round trip between lead and back (--rtt)
     devices: str = ""
     trace: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) per round
     # per draft source: {"draft_n", "draft_n_accepted", "draft_n_received", "acceptance_rate"}
@@ -265,11 +295,18 @@ def run(
     sampling: SamplingParams = GREEDY,
     llama_cpp_bin: str | None = None,
     interleave: bool = True,
+    fanouts: Sequence[int] = (0,),
+    rtts: Sequence[float] = (0.0,),
 ) -> Report:
     """Measure `modes` on `prompts`. Interleaved (the default), every mode stays loaded and
     they take turns prompt by prompt, so a host that drifts over the run slows them all
     alike; otherwise each mode runs alone, one after another (for models that fit in
-    memory only once). Device costs are measured between turns (`costs.Profiler`)."""
+    memory only once). Device costs are measured between turns (`costs.Profiler`).
+
+    With several `fanouts`, each mode with an asynchronous model drafter runs at each
+    setting, as MODE:fF (async:f0, async:f2...); with `rtts` other than (0,), each mode
+    with a back runs with the back across a link of each round-trip time, as MODE@Nms."""
+    modes = variants(modes, fanouts, rtts)
     all_cores = sorted(os.sched_getaffinity(0))
     report = Report(
         machine={
@@ -284,6 +321,8 @@ def run(
             "repeat": repeat,
             "draft_max": spec.draft_max,
             "max_ahead": spec.max_ahead,
+            "fanout": list(fanouts),
+            "rtt_ms": list(rtts),
             "prompts": len(prompts),
             "policy": "adaptive" if spec.adaptive else "fixed",
             "order": "interleaved" if interleave else "sequential",
@@ -295,33 +334,36 @@ def run(
 
         find_bin(llama_cpp_bin, "llama-completion")
         find_bin(llama_cpp_bin, "llama-speculative-simple")
+    base = spec
     target = replace(models, draft=None)
     profiler = Profiler(models, spec, spec.draft_max + 1, _mean_context(target, prompts, n))
 
-    def open_runner(mode: str) -> Runner:
-        log(f"{mode}: loading")
+    def open_runner(label: str) -> Runner:
+        log(f"{label}: loading")
+        mode, fanout, rtt = parse_variant(label)
+        spec = replace(base, fanout=fanouts[0] if fanout is None else fanout)
         every_core = replace(target, threads=len(all_cores))
         if mode == "target-1":
             cfg = replace(spec, mode="target", draft_cores=None)
-            return InProcess(mode, target, cfg, prompts, n, sampling)
+            return InProcess(label, target, cfg, prompts, n, sampling)
         if mode == "target-all":
-            return InProcess(mode, every_core, SpecConfig(mode="target"), prompts, n, sampling)
+            return InProcess(label, every_core, SpecConfig(mode="target"), prompts, n, sampling)
         if mode in ("sync", "async"):
             model_mode: Mode = "sync" if mode == "sync" else "async"
             cfg = replace(spec, mode=model_mode, spec_types=MODEL_ONLY)
-            return InProcess(mode, models, cfg, prompts, n, sampling)
+            return InProcess(label, models, cfg, prompts, n, sampling)
         if mode == "free-1":  # free drafters, the main model on the main device
             cfg = replace(spec, draft_cores=None, spec_types=FREE)
-            return InProcess(mode, target, cfg, prompts, n, sampling)
+            return InProcess(label, target, cfg, prompts, n, sampling)
         if mode == "free-all":  # free drafters need no core: the main model takes them all
             cfg = replace(spec, main_cores=None, draft_cores=None, spec_types=FREE)
-            return InProcess(mode, every_core, cfg, prompts, n, sampling)
+            return InProcess(label, every_core, cfg, prompts, n, sampling)
         if mode == "async+free":
-            return InProcess(mode, models, spec, prompts, n, sampling)
+            return InProcess(label, models, spec, prompts, n, sampling)
         if mode in PEER_MODES:
-            return LlamaCpp(mode, models, spec, prompts, n, llama_cpp_bin)
+            return LlamaCpp(label, models, spec, prompts, n, llama_cpp_bin)
         types = "model" if mode == "lead+back" else "model,ngram"  # no suffix: see LeadBack
-        return LeadBack(mode, models, spec, prompts, n, sampling, types)
+        return LeadBack(label, models, spec, prompts, n, sampling, types, rtt or rtts[0])
 
     turns = [modes] if interleave else [[mode] for mode in modes]
     results: dict[str, ModeResult] = {}
@@ -337,6 +379,12 @@ def run(
     profiler.measure()
     report.profile = profiler.result()
     report.modes = [results[mode] for mode in modes]
+    for m in report.modes:
+        base_mode, fanout, rtt = parse_variant(m.mode)
+        if base_mode in FANOUT_MODES:
+            m.fanout = fanouts[0] if fanout is None else fanout
+        if base_mode in LINK_MODES:
+            m.rtt_ms = rtts[0] if rtt is None else rtt
     by_mode = {m.mode: m for m in report.modes}
     for m in report.modes:
         if "target-1" in by_mode:

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 class BackConfig:
     lead: str = "http://127.0.0.1:5555"  # --lead: the lead's URL
     max_ahead: int = 12  # --max-ahead: most tokens drafted past the committed ones
+    fanout: int = 0  # --fanout: branches kept past the chain's unsure guesses, per session
     parallel: int = 4  # --parallel: sessions drafted for at once (the model's sequences)
     api_key: str | None = None  # --api-key (or --api-key-file, DUO_DRAFTER_KEY, DUO_API_KEY)
     name: str = ""  # --name: shown in the lead's logs and on its web page
@@ -69,7 +70,11 @@ class Back:
         self.url = drafter_url(config.lead)
         self.name = config.name or f"{socket.gethostname()}:{os.getpid()}"
         self.drafter = BackDrafter(
-            model, parallel=config.parallel, max_ahead=config.max_ahead, cores=config.cores
+            model,
+            parallel=config.parallel,
+            max_ahead=config.max_ahead,
+            fanout=config.fanout,
+            cores=config.cores,
         )
 
     async def run(self) -> None:

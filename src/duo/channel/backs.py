@@ -18,9 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from duo.channel import protocol as p
-from duo.core.draft import Draft, Proposal, advance, merge, usable
+from duo.core.draft import Draft, Proposal, advance, first_usable, graft, merge, usable
 
 MAX_KEPT = 1024  # tokens of guesses kept per back
+MAX_BRANCHES = 16  # branches kept per session and back (the lowest forks go first)
 
 
 @dataclass(eq=False)
@@ -31,6 +32,8 @@ class Remote:
     send: Callable[[p.Message], None]  # to this back; callable from any thread
     lock: threading.Lock = field(default_factory=threading.Lock)
     drafts: dict[int, Draft] = field(default_factory=dict)  # by session; guarded by lock
+    # by session, its draft's branches by fork (each the whole path); guarded by lock
+    branches: dict[int, dict[int, Draft]] = field(default_factory=dict)
     host: str = ""  # the peer's address, as the lead sees it
     model: str = ""  # the draft model's name, as the back tells it (unchecked)
     joined: float = field(default_factory=time.time)
@@ -90,6 +93,8 @@ class Backs:
                 if draft is not None:  # else stale: the back's next frame starts afresh
                     remote.drafts[session] = draft
                 tokens = usable(committed, draft, limit)
+                if not tokens and (forks := remote.branches.get(session)):
+                    tokens = _branch(committed, forks, limit)
             if tokens:
                 proposals.append(Proposal(remote.source, tuple(tokens)))
         return proposals
@@ -112,6 +117,7 @@ class Backs:
             for remote in self._remotes:
                 with remote.lock:
                     remote.drafts.pop(session, None)
+                    remote.branches.pop(session, None)
 
     def _send_all(self, msg: p.Message) -> None:
         for remote in self._remotes:
@@ -144,6 +150,38 @@ class Backs:
         received[remote.source] += len(tokens)
         with remote.lock:
             remote.drafts[session] = merge(remote.drafts.get(session), start, tokens, MAX_KEPT)
+
+    def receive_branch(
+        self, remote: Remote, session: int, fork: int, at: int, tokens: tuple[int, ...]
+    ) -> None:
+        """A branch of the session's draft that leaves it at `fork`: its tokens from the
+        branch's token `at` on (at 0: a new branch, grafted onto the draft as it stands)."""
+        received = self._received.get(session)
+        if received is None:
+            return
+        received[remote.source] += len(tokens)
+        with remote.lock:
+            forks = remote.branches.setdefault(session, {})
+            old = forks.pop(fork, None)
+            if at == 0:
+                path = graft(remote.drafts.get(session), fork, tokens)
+            elif old is not None and old.start + len(old.tokens) == fork + at:
+                path = Draft(old.start, old.tokens + tokens)
+            else:
+                path = None  # a continuation of a branch this lead does not hold
+            if path is not None:
+                forks[fork] = Draft(path.start, path.tokens[:MAX_KEPT])
+                while len(forks) > MAX_BRANCHES:
+                    del forks[min(forks)]
+
+
+def _branch(committed: Sequence[int], forks: dict[int, Draft], limit: int) -> list[int]:
+    """The usable part of the first branch that continues the committed tokens; the
+    branches that no longer can are dropped."""
+    for fork, path in list(forks.items()):
+        if advance(committed, path) is None:
+            del forks[fork]
+    return first_usable(committed, list(forks.values()), limit)
 
 
 class BackSession:

@@ -158,7 +158,10 @@ class DrafterEndpoint:
 
     def _refusal(self, hello: p.Hello) -> str | None:
         if hello.version != p.VERSION:
-            return f"protocol version {hello.version} is not supported (lead speaks {p.VERSION})"
+            return (
+                f"protocol version {hello.version} is not supported (lead speaks {p.VERSION}): "
+                "run the same duo release on the lead and its backs"
+            )
         if hello.fingerprint != self.fingerprint or hello.n_vocab != self.n_vocab:
             return (
                 f"the draft model's vocabulary (n_vocab {hello.n_vocab}, fingerprint "
@@ -179,11 +182,14 @@ class DrafterEndpoint:
             if wait:
                 await asyncio.sleep(wait)
             msg = p.decode_draft(data, self.width, self.n_vocab)
+            remote.last_seen = time.time()
+            remote.received += len(msg.tokens)
+            if isinstance(msg, p.Branch):
+                self.backs.receive_branch(remote, msg.session, msg.fork, msg.at, msg.tokens)
+                continue
             if isinstance(msg, p.DraftMsg):
                 session, end = msg.session, msg.start
             start, end = end, end + len(msg.tokens)
-            remote.last_seen = time.time()
-            remote.received += len(msg.tokens)
             self.backs.receive(remote, session, start, msg.tokens)
 
     async def _send_loop(self, ws: WebSocket, queue: asyncio.Queue[p.Message]) -> None:

@@ -15,9 +15,21 @@ has at most 65536 tokens, else 4). Only token IDs and small integers cross the w
     back -> lead   APPEND   tokens                              (guesses right after the last
                                                                  DRAFT/APPEND, for the session
                                                                  of the last DRAFT)
+    back -> lead   BRANCH   session u32, fork u32, at u8, tokens
+                                                                (a branch of the session's
+                                                                 draft: its guesses up to
+                                                                 position fork, then these from
+                                                                 the branch's token `at` on;
+                                                                 at 0 replaces the branch at fork)
 
 A back drafts one token at a time, so most of its frames are APPENDs: 1 byte of header.
-A lead takes at most MAX_DRAFT_TOKENS tokens in one DRAFT or APPEND (more cannot be used).
+A lead takes at most MAX_DRAFT_TOKENS tokens in one DRAFT, APPEND or BRANCH (more cannot
+be used).
+
+A draft is a small tree: a chain of guesses, and branches that leave the chain at a
+position where the drafter was unsure, with its runner-up token there (fan-out). Each
+branch's parent is a node of the chain, so a branch travels as its fork position and its
+own tokens; the lead rebuilds the whole path from the chain it holds.
 """
 
 from __future__ import annotations
@@ -29,7 +41,7 @@ from dataclasses import dataclass
 
 from duo.errors import ProtocolError
 
-VERSION = 2
+VERSION = 3  # 3: BRANCH frames
 PATH = "/v1/drafter"
 MAX_TOKENS_PER_FRAME = 1 << 16
 MAX_DRAFT_TOKENS = 256  # per DRAFT/APPEND frame: far more than a round verifies
@@ -39,12 +51,14 @@ MAX_NAME = 64  # bytes of a drafter's name
 MODEL_HEADER = "x-duo-model"
 PEER_HEADER = "x-duo-peer"
 
-HELLO, WELCOME, REFUSE, BEGIN, COMMIT, END, DRAFT, APPEND = range(1, 9)
+HELLO, WELCOME, REFUSE, BEGIN, COMMIT, END, DRAFT, APPEND, BRANCH = range(1, 10)
 
 _HELLO = struct.Struct("<BHI8s")
 _WELCOME = struct.Struct("<BHB")
 _SESSION = struct.Struct("<BI")
 _POSITIONED = struct.Struct("<BII")
+_BRANCH = struct.Struct("<BIIB")
+MAX_AT = 255  # a branch's tokens past its fork, as one frame's `at` can say
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +110,15 @@ class Append:
     tokens: tuple[int, ...]
 
 
-Message = Hello | Welcome | Refuse | Begin | Commit | End | DraftMsg | Append
+@dataclass(frozen=True, slots=True)
+class Branch:
+    session: int
+    fork: int
+    at: int
+    tokens: tuple[int, ...]
+
+
+Message = Hello | Welcome | Refuse | Begin | Commit | End | DraftMsg | Append | Branch
 
 
 def token_width(n_vocab: int) -> int:
@@ -148,6 +170,8 @@ def encode(msg: Message, width: int = 4) -> bytes:
             return _POSITIONED.pack(DRAFT, session, start) + _pack_tokens(tokens, width)
         case Append(tokens):
             return bytes([APPEND]) + _pack_tokens(tokens, width)
+        case Branch(session, fork, at, tokens):
+            return _BRANCH.pack(BRANCH, session, fork, at) + _pack_tokens(tokens, width)
     raise TypeError(f"not a protocol message: {msg!r}")
 
 
@@ -181,23 +205,29 @@ def decode(data: bytes | str, width: int = 4) -> Message:
             return (Commit if kind == COMMIT else DraftMsg)(session, start, tokens)
         if kind == APPEND:
             return Append(_unpack_tokens(data[1:], width))
+        if kind == BRANCH:
+            _, session, fork, at = _BRANCH.unpack_from(data)
+            return Branch(session, fork, at, _unpack_tokens(data[_BRANCH.size :], width))
     except struct.error:
         raise ProtocolError(f"truncated frame of type {kind}") from None
     raise ProtocolError(f"unknown frame type {kind}")
 
 
-def decode_draft(data: bytes, width: int, n_vocab: int) -> DraftMsg | Append:
-    """Parse a frame from a back: only DRAFT or APPEND, at most MAX_DRAFT_TOKENS tokens,
-    every token inside the vocabulary (checked in C: max() over the packed array)."""
+def decode_draft(data: bytes, width: int, n_vocab: int) -> DraftMsg | Append | Branch:
+    """Parse a frame from a back: only DRAFT, APPEND or BRANCH, at most MAX_DRAFT_TOKENS
+    tokens, every token inside the vocabulary (checked in C: max() over the packed array)."""
     kind = data[0] if data else None
+    most = MAX_DRAFT_TOKENS
     try:
+        msg: DraftMsg | Append | Branch
         if kind == DRAFT:
             _, session, start = _POSITIONED.unpack_from(data)
-            msg: DraftMsg | Append = DraftMsg(
-                session, start, _unpack_tokens(data[_POSITIONED.size :], width, MAX_DRAFT_TOKENS)
-            )
+            msg = DraftMsg(session, start, _unpack_tokens(data[_POSITIONED.size :], width, most))
         elif kind == APPEND:
-            msg = Append(_unpack_tokens(data[1:], width, MAX_DRAFT_TOKENS))
+            msg = Append(_unpack_tokens(data[1:], width, most))
+        elif kind == BRANCH:
+            _, session, fork, at = _BRANCH.unpack_from(data)
+            msg = Branch(session, fork, at, _unpack_tokens(data[_BRANCH.size :], width, most))
         else:
             raise ProtocolError(f"a drafter may only send drafts, got a frame of type {kind}")
     except struct.error:

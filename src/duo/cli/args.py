@@ -122,6 +122,7 @@ def add_spec_args(p: argparse.ArgumentParser, *, modes: bool = True) -> None:
         metavar="N",
         help="how far the async drafter runs past the commits (default %(default)s)",
     )
+    add_fanout_arg(g, "the async drafter")
     g.add_argument(
         "--policy",
         choices=("adaptive", "fixed"),
@@ -241,6 +242,7 @@ def spec_config(args: argparse.Namespace) -> SpecConfig:
         mode=getattr(args, "mode", "async"),
         draft_max=args.draft,
         max_ahead=args.max_ahead,
+        fanout=args.fanout,
         main_cores=main_cores,
         draft_cores=draft_cores,
         adaptive=args.policy == "adaptive",
@@ -250,12 +252,44 @@ def spec_config(args: argparse.Namespace) -> SpecConfig:
     )
 
 
+def add_fanout_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup, who: str) -> None:
+    parser.add_argument(
+        "--fanout",
+        type=non_negative,
+        default=0,
+        metavar="F",
+        help=f"branches {who} drafts at its least sure guesses, each starting with its "
+        "runner-up token there: a draft ready when the lead rejects a guess "
+        "(0: one chain of guesses; default %(default)s)",
+    )
+
+
 def add_rpc_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     parser.add_argument(
         "--rpc",
         metavar="HOST:PORT[,...]",
         help="put the layers given by -ngl on these `duo rpc-server`s (llama.cpp RPC)",
     )
+
+
+def fanouts(text: str) -> list[int]:
+    try:
+        values = list(dict.fromkeys(int(f) for f in text.split(",")))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected settings like 0,2, got {text!r}") from None
+    if min(values) < 0 or max(values) > 16:
+        raise argparse.ArgumentTypeError("a fan-out is between 0 and 16 branches")
+    return values
+
+
+def round_trips(text: str) -> list[float]:
+    try:
+        values = list(dict.fromkeys(float(r) for r in text.split(",")))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected milliseconds like 0,20, got {text!r}") from None
+    if min(values) < 0 or max(values) > 10_000:
+        raise argparse.ArgumentTypeError("a round trip is between 0 and 10000 ms")
+    return values
 
 
 def client_counts(text: str) -> list[int]:

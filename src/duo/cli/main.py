@@ -23,8 +23,10 @@ from duo.cli.args import (
     add_sampling_args,
     add_spec_args,
     client_counts,
+    fanouts,
     model_config,
     positive,
+    round_trips,
     sampling_params,
     spec_config,
     usage_error,
@@ -168,6 +170,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         mode="async",
         draft_max=args.draft,
         max_ahead=args.max_ahead,
+        fanout=args.fanout[0],
         main_cores=main_cores,
         draft_cores=draft_cores,
         adaptive=args.policy == "adaptive",
@@ -194,6 +197,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         sampling=sampling_params(args),
         llama_cpp_bin=args.llama_cpp_bin,
         interleave=_interleave(args.order, models),
+        fanouts=args.fanout,
+        rtts=args.rtt,
         log=lambda msg: print(f"\r\x1b[K{msg}", end="", file=sys.stderr, flush=True),
     )
     print(file=sys.stderr)
@@ -306,6 +311,22 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--repeat", type=positive, default=3, help="repeats of the suite (median)")
     g.add_argument("--draft", type=positive, default=8, metavar="K", help="draft tokens per round")
     g.add_argument("--max-ahead", type=positive, default=12, metavar="N", help="drafter run-ahead")
+    g.add_argument(
+        "--fanout",
+        type=fanouts,
+        default=[0],
+        metavar="LIST",
+        help="branches of the async drafters (see duo generate --fanout); several "
+        "settings (0,2) measure each of those modes at each, as MODE:fF (default 0)",
+    )
+    g.add_argument(
+        "--rtt",
+        type=round_trips,
+        default=[0.0],
+        metavar="MS[,MS...]",
+        help="put each back across a link with this round-trip time (a delaying TCP proxy "
+        "on loopback); several measure each mode with a back at each, as MODE@Nms",
+    )
     g.add_argument("--policy", choices=("adaptive", "fixed"), default="adaptive")
     g.add_argument(
         "--order",

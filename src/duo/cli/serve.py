@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from duo import auth
 from duo.cli import auth_args
 from duo.cli.args import (
+    add_fanout_arg,
     add_model_args,
     add_rpc_arg,
     add_spec_args,
@@ -117,6 +118,7 @@ def add_back_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="N",
         help="most tokens drafted past the committed ones (default %(default)s)",
     )
+    add_fanout_arg(back, "the back")
     auth_args.add_key_args(
         back, "the key to present to the lead: its API key or drafter key", env=BACK_KEY_ENV
     )
@@ -260,10 +262,12 @@ def cmd_back(args: argparse.Namespace) -> int:
         n_threads=args.threads,
         n_gpu_layers=args.n_gpu_layers,
         n_seq=args.parallel,
+        forks=args.parallel * args.fanout,
     )
     config = BackConfig(
         lead=args.lead,
         max_ahead=args.max_ahead,
+        fanout=args.fanout,
         parallel=args.parallel,
         api_key=key,
         name=args.name,

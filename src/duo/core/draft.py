@@ -3,6 +3,12 @@
 A draft is anchored at an absolute position, so a drafter that is a little behind or
 ahead of the lead still lines up: the part of it that overlaps the committed tokens must
 match them exactly, and only what lies beyond the committed tokens is proposed.
+
+A drafter with fan-out also offers branches: paths that leave its chain of guesses at a
+position where it was unsure, with its runner-up token there. A branch is kept as a draft
+of its own (the chain's guesses up to its fork, then its tokens), so after the lead
+rejects the chain's guess at the fork and samples the runner-up, the branch lines up with
+the committed tokens where the chain no longer does.
 """
 
 from __future__ import annotations
@@ -89,6 +95,29 @@ def advance(committed: Sequence[int], draft: Draft | None) -> Draft | None:
     if overlap and tuple(committed[draft.start : end]) != draft.tokens[:overlap]:
         return None
     return draft if overlap == 0 else Draft(end, draft.tokens[overlap:])
+
+
+def graft(chain: Draft | None, fork: int, tokens: tuple[int, ...]) -> Draft | None:
+    """The path of a branch that leaves `chain` at position `fork` with `tokens`: None if
+    the chain does not reach that far."""
+    if chain is None or not chain.start <= fork <= chain.start + len(chain.tokens):
+        return None
+    return Draft(chain.start, chain.tokens[: fork - chain.start] + tokens)
+
+
+def first_usable(
+    committed: Sequence[int],
+    drafts: Sequence[Draft | None],
+    limit: int,
+    n_vocab: int | None = None,
+) -> list[int]:
+    """`usable` of the first of `drafts` (a chain, then its branches) that continues the
+    committed tokens."""
+    for draft in drafts:
+        tokens = usable(committed, draft, limit, n_vocab)
+        if tokens:
+            return tokens
+    return []
 
 
 def usable(

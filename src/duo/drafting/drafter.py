@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from duo.core.draft import Draft, common_prefix
 from duo.core.sampling import Greedy, Logits, Sampler
+from duo.drafting.fanout import Branch, Fanout
 from duo.llama.backend import Model, ModelSequence
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,7 @@ class Track:
 
     mirror: Mirror
     seq: int
+    fan: Fanout | None = None  # its branches (fan-out), in sequences of their own
     key: int | None = None  # the generation's key (a slot, a session); None: free
     committed: list[int] | None = None  # the generation's committed tokens
     began: int = 0  # when it took its generation (a count of begins)
@@ -112,28 +114,38 @@ class DraftWorker:
 
     `begin`, `commit`, `end` and `rest` may be called from any thread with a generation's
     key and never block on the draft model; a generation beyond `sequences` takes the
-    sequence of the one that began first. `publish(key, draft)` is called on the worker
-    thread with each new draft.
+    sequence of the one that began first. `publish(key, draft, branches)` is called on the
+    worker thread with each new draft.
+
+    With `fanout` F > 0, each generation also has up to F branches (duo.drafting.fanout),
+    in F more sequences of the draft model (made with `forks=sequences * F`), and each
+    pass takes up to F branch steps besides the chains' next guesses.
     """
 
     def __init__(
         self,
         model: Model,
-        publish: Callable[[int, Draft], None],
+        publish: Callable[[int, Draft, tuple[Draft, ...]], None],
         *,
         sequences: int = 1,
         max_ahead: int = 8,
+        fanout: int = 0,
         cores: set[int] | None = None,
         name: str = "drafter",
     ) -> None:
         self.model = model
         self.publish = publish
         self.max_ahead = max_ahead
+        self.fanout = fanout
         self.cores = cores
-        one = sequences == 1  # a model of one sequence: no batches needed
+        one = sequences == 1 and not fanout  # a model of one sequence: no batches needed
         self.tracks = [
             Track(Mirror(model if one else model.sequence(seq)), seq) for seq in range(sequences)
         ]
+        for i, track in enumerate(self.tracks):
+            if fanout:
+                forks = range(sequences + i * fanout, sequences + (i + 1) * fanout)
+                track.fan = Fanout(model, list(forks), depth=max_ahead)
         self._cv = threading.Condition()
         self._begun = 0
         self._stopped = False
@@ -230,24 +242,62 @@ class DraftWorker:
         return work
 
     def _step(self, work: list[tuple[Track, int, list[int], bool]]) -> None:
-        """One pass for every generation with work: each one's catch-up or next guess.
+        """One pass for every generation with work: each one's catch-up or next guess, and
+        its most valuable branch steps.
 
         A draft is published whenever it grew or the committed tokens moved (a new
         generation may find its whole draft already in the mirror, e.g. a repeated prompt).
         """
+        branching = [(t, self._branch_steps(t, committed)) for t, _, committed, _ in work]
         planned = [(t, t.mirror.plan(committed, self.max_ahead)) for t, _, committed, _ in work]
         together = [(t, tokens) for t, tokens in planned if 0 < len(tokens) <= BATCHED]
         alone = [(t, tokens) for t, tokens in planned if len(tokens) > BATCHED]
-        if len(together) > 1:
-            rows = self.model.decode_batch([(t.seq, tokens) for t, tokens in together])
-            for (t, _), logits in zip(together, rows, strict=True):
-                t.mirror.took(logits[-1])
+        steps = [(t, b) for t, chosen in branching for b in chosen]
+        if len(together) + len(steps) > 1:
+            rows = self.model.decode_batch(
+                [(t.seq, tokens) for t, tokens in together]
+                + [(b.seq, b.tokens[-1:]) for _, b in steps]
+            )
+            for (t, _), logits in zip(together, rows[: len(together)], strict=True):
+                self._took(t, logits[-1])
+            for (t, b), logits in zip(steps, rows[len(together) :], strict=True):
+                assert t.fan is not None
+                t.fan.took(b, logits[-1])
         else:
             alone += together
+            for t, b in steps:  # a branch step alone
+                assert t.fan is not None
+                t.fan.took(b, self.model.sequence(b.seq).decode(b.tokens[-1:])[-1])
         for t, tokens in alone:
-            t.mirror.evaluate(tokens)
-        for (t, key, committed, changed), (_, tokens) in zip(work, planned, strict=True):
-            t.idle = not tokens
-            if tokens or changed:
+            self._took(t, t.mirror.model.decode(tokens, all_logits=False)[-1])
+        for (t, key, committed, changed), (_, tokens), (_, chosen) in zip(
+            work, planned, branching, strict=True
+        ):
+            t.idle = not tokens and not chosen
+            if tokens or chosen or changed:
                 n = len(committed)
-                self.publish(key, Draft(n, t.mirror.draft(n)[: self.max_ahead]))
+                chain = t.mirror.seq
+                branches = t.fan.drafts(chain, n) if t.fan is not None else ()
+                self.publish(key, Draft(n, tuple(chain[n : n + self.max_ahead])), branches)
+
+    def _took(self, t: Track, logits: Logits) -> None:
+        t.mirror.took(logits)
+        if t.fan is not None:
+            t.fan.observe(len(t.mirror.model.tokens), logits)
+
+    def _branch_steps(self, t: Track, committed: list[int]) -> list[Branch]:
+        """Follow the commits with `t`'s branches (adopting the one they took), and choose
+        this pass's branch steps: none while the chain disagrees with the commits."""
+        if t.fan is None:
+            return []
+        taken = t.fan.adopt(committed, t.seq)
+        if taken is not None:
+            t.seq, t.mirror = taken.seq, Mirror(self.model.sequence(taken.seq))
+            t.mirror.pending = taken.tokens[-1]
+        chain = t.mirror.seq
+        t.fan.prune(chain, committed)
+        n = len(committed)
+        if chain[:n] != committed or t.mirror.pending is None:
+            return []
+        extending = t.mirror.ahead(n) < self.max_ahead
+        return t.fan.steps(chain, t.seq, n, self.fanout, extending)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from duo.core.draft import Draft, Proposal, delta, usable
+from duo.core.draft import Draft, Proposal, delta, first_usable
 from duo.core.engine import DraftSource
 from duo.drafting.drafter import DraftWorker, Mirror
 from duo.llama.backend import Model
@@ -57,30 +57,51 @@ class SyncSlot:
 
 class ThreadDrafts:
     """A drafter on its own thread (and core), drafting for every slot at once (a sequence
-    of the draft model each): the lead takes whatever draft is ready."""
+    of the draft model each, and `fanout` more for branches): the lead takes whatever
+    draft is ready, the chain's or, after a rejection, the branch that took the lead's
+    correction."""
 
     def __init__(
-        self, model: Model, *, max_ahead: int, cores: set[int] | None = None, slots: int = 1
+        self,
+        model: Model,
+        *,
+        max_ahead: int,
+        fanout: int = 0,
+        cores: set[int] | None = None,
+        slots: int = 1,
     ) -> None:
         self.n_vocab = model.n_vocab
-        self.latest: dict[int, Draft] = {}  # by slot, replaced whole by the worker
+        # by slot, replaced whole by the worker: the chain, then its branches
+        self.latest: dict[int, tuple[Draft, ...]] = {}
         self.received: dict[int, int] = {}  # new draft tokens published, by slot
         self.worker = DraftWorker(
-            model, self._publish, sequences=slots, max_ahead=max_ahead, cores=cores
+            model,
+            self._publish,
+            sequences=slots,
+            max_ahead=max_ahead,
+            fanout=fanout,
+            cores=cores,
         )
         self.worker.start()
 
-    def _publish(self, slot: int, draft: Draft) -> None:
-        new = delta(self.latest.get(slot), draft)
-        self.latest[slot] = draft
-        if new is not None:
-            self.received[slot] = self.received.get(slot, 0) + len(new.tokens)
+    def _publish(self, slot: int, draft: Draft, branches: tuple[Draft, ...]) -> None:
+        known = list(self.latest.get(slot, ()))
+        self.latest[slot] = (draft, *branches)
+        for d in self.latest[slot]:
+            self.received[slot] = self.received.get(slot, 0) + _new_tokens(known, d)
+            known.append(d)
 
     def source(self, slot: int) -> ThreadSlot:
         return ThreadSlot(self, slot)
 
     def close(self) -> None:
         self.worker.stop()
+
+
+def _new_tokens(known: list[Draft], draft: Draft) -> int:
+    """The tokens of `draft` that none of the drafts known before it had."""
+    news = (delta(d, draft) for d in known)
+    return min((len(new.tokens) if new else 0 for new in news), default=len(draft.tokens))
 
 
 class ThreadSlot:
@@ -94,8 +115,8 @@ class ThreadSlot:
         self.drafts.worker.begin(self.slot, prompt)
 
     def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
-        latest = self.drafts.latest.get(self.slot)
-        tokens = usable(committed, latest, limit, self.drafts.n_vocab)
+        latest = self.drafts.latest.get(self.slot, ())
+        tokens = first_usable(committed, latest, limit, self.drafts.n_vocab)
         return [Proposal(MODEL, tuple(tokens))] if tokens else []
 
     def commit(self, start: int, tokens: Sequence[int]) -> None:

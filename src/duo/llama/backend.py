@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 
 
 _GGUF_MAGIC = b"GGUF"
+# Cells of the KV buffer set aside per fork (`Model(forks=)`): a fork shares its prefix's
+# cells and adds a short continuation of its own.
+FORK_CELLS = 64
 _init_lock = threading.Lock()
 _initialised = False
 _log_callback: Any = None  # kept alive for as long as llama.cpp may call it
@@ -90,6 +93,7 @@ class Model:
         n_gpu_layers: int = 0,
         n_batch: int = 512,
         n_seq: int = 1,
+        forks: int = 0,
         deterministic: bool = False,
     ) -> None:
         self.path = Path(path)
@@ -109,14 +113,17 @@ class Model:
                 "to a token position, which speculative decoding needs"
             )
 
-        n_ctx = min(n_ctx, lib.llama_model_n_ctx_train(self._model)) if n_ctx > 0 else 0
+        n_train = lib.llama_model_n_ctx_train(self._model)
+        n_ctx = min(n_ctx, n_train) if n_ctx > 0 else (n_train if forks else 0)
         cparams = lib.llama_context_default_params()
+        if forks and deterministic:
+            raise ValueError("forks share KV cells: a deterministic model has none to share")
         spare = 1 if deterministic else 0  # a cell per sequence for the padding
-        cparams.n_ctx = (n_ctx + spare) * n_seq
+        cparams.n_ctx = (n_ctx + spare) * n_seq + FORK_CELLS * forks
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
-        cparams.n_seq_max = n_seq
-        shared = not deterministic and n_seq > 1  # one KV buffer for every sequence
+        cparams.n_seq_max = n_seq + forks
+        shared = not deterministic and n_seq + forks > 1  # one KV buffer for every sequence
         cparams.kv_unified = shared
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
@@ -130,7 +137,9 @@ class Model:
         self._mem = lib.llama_get_memory(self._ctx)
         self.n_vocab = self.vocab.n_vocab
         self.deterministic = deterministic
-        n_ctx_seq = lib.llama_n_ctx_seq(self._ctx) // (n_seq if shared else 1)
+        n_ctx_seq = (lib.llama_n_ctx_seq(self._ctx) - FORK_CELLS * forks) // (
+            n_seq if shared else 1
+        )
         # llama.cpp rounds a context up (to 256 cells); a sequence holds what was asked
         self.n_ctx: int = min(n_ctx_seq - spare, n_ctx) if n_ctx > 0 else n_ctx_seq - spare
         n_batch = lib.llama_n_batch(self._ctx)  # llama.cpp may lower it to n_ctx
@@ -138,7 +147,7 @@ class Model:
         self._n_ubatch: int = lib.llama_n_ubatch(self._ctx)
         self.n_threads = n_threads
         # Per sequence, the tokens whose KV is in the cache, in order.
-        self.seqs: list[list[int]] = [[] for _ in range(n_seq)]
+        self.seqs: list[list[int]] = [[] for _ in range(n_seq + forks)]
         # CPU time the calling thread spent in llama_decode (llama.cpp's worker threads,
         # with n_threads > 1, not counted): what the lead spends outside the model is the
         # process's CPU time less this.
@@ -283,6 +292,14 @@ class Model:
         n = common_prefix(self.seqs[seq], tokens)
         self.truncate(n, seq)
         return n
+
+    def fork(self, src: int, dst: int, n: int) -> None:
+        """Sequence `dst` becomes the first n tokens of sequence `src`: their KV cells are
+        shared (the buffer is), not copied, so a fork costs only the cells it adds."""
+        self.truncate(0, dst)
+        if n:
+            self._lib.llama_memory_seq_cp(self._mem, src, dst, 0, n)
+        self.seqs[dst] = self.seqs[src][:n]
 
     def sequence(self, seq: int) -> ModelSequence:
         """Sequence `seq` alone, as a model of one sequence (what the decoding loop takes)."""

@@ -71,6 +71,7 @@ class SpecConfig:
     mode: Mode = "async"
     draft_max: int = 8  # --draft: most draft tokens verified per round
     max_ahead: int = 12  # --max-ahead: how far an async drafter runs past the commits
+    fanout: int = 0  # --fanout: branches an async drafter keeps past its chain's unsure guesses
     main_cores: frozenset[int] | None = None  # --pin: cores of the main model
     draft_cores: frozenset[int] | None = None  # --pin: cores of the drafter
     adaptive: bool = True  # --policy: verify only the draft prefix worth its cost (async)

@@ -92,6 +92,7 @@ class Session:
                     n_threads=models.draft_threads,
                     n_gpu_layers=models.n_gpu_layers_draft,
                     n_seq=slots,
+                    forks=slots * spec.fanout if spec.mode == "async" else 0,
                 )
                 check_compatible(self.main, self.draft)
                 self.local = _local_drafter(self.draft, spec, slots)
@@ -217,7 +218,9 @@ def _local_drafter(draft: Model, spec: SpecConfig, slots: int) -> SyncDrafts | T
     if spec.mode == "sync":
         return SyncDrafts(draft, slots)
     cores = set(spec.draft_cores) if spec.draft_cores else None
-    return ThreadDrafts(draft, max_ahead=spec.max_ahead, cores=cores, slots=slots)
+    return ThreadDrafts(
+        draft, max_ahead=spec.max_ahead, fanout=spec.fanout, cores=cores, slots=slots
+    )
 
 
 @contextmanager
