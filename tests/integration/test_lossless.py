@@ -39,10 +39,13 @@ def sessions(pair: tuple[Path, Path]) -> Iterator[dict[str, Session]]:
         "async": Session(
             models, SpecConfig(mode="async", draft_max=4, adaptive=False, spec_types=MODEL)
         ),
-        # The drafter's branches too: after a rejection the lead may verify one of them.
+        # The drafter's branches too (drafted when it is --max-ahead ahead, often here):
+        # after a rejection the lead may verify one of them.
         "fanout": Session(
             models,
-            SpecConfig(mode="async", draft_max=4, adaptive=False, spec_types=MODEL, fanout=2),
+            SpecConfig(
+                mode="async", draft_max=4, max_ahead=3, adaptive=False, spec_types=MODEL, fanout=2
+            ),
         ),
         # Free drafters alone (every lookup verified).
         "free": Session(target, SpecConfig(mode="async", adaptive=False, spec_types=FREE)),
@@ -95,7 +98,7 @@ def deterministic(pair: tuple[Path, Path]) -> Iterator[dict[str, Session]]:
         ),
         "fanout": Session(
             models,
-            SpecConfig(mode="async", adaptive=False, deterministic=True, fanout=2),
+            SpecConfig(mode="async", max_ahead=3, adaptive=False, deterministic=True, fanout=2),
         ),
         "free": Session(
             target, SpecConfig(mode="async", adaptive=False, deterministic=True, spec_types=FREE)

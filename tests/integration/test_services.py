@@ -264,7 +264,7 @@ def test_back_does_not_change_output(mcluster: Cluster, lead: str, refs: Refs, f
     assert refs.raw.strip() and refs.chat.strip()
     assert refs.raw == refs.cli_raw, "the API without backs differs from duo generate"
     assert refs.chat == refs.cli_chat, "chat without backs differs from duo generate --chat"
-    with back_on(mcluster, lead, "--fanout", fanout):
+    with back_on(mcluster, lead, "--fanout", fanout, "--max-ahead", "3"):
         raw = complete(lead, RAW_PROMPT, N)
         chat_body = chat(lead, CHAT_PROMPT, N)
     assert raw["timings"]["draft_n"] > 0, "no draft verified: the check would be vacuous"

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from duo.bench.suite import ModeResult, _take_turns, ceiling
+from duo.bench.suite import ModeResult, _take_turns, ceiling, parse_variant, variants
 from duo.core.stats import Stats
 
 
@@ -75,3 +75,17 @@ def test_modes_take_turns_prompt_by_prompt_with_device_costs_between() -> None:
 
 def test_one_mode_alone_measures_device_costs_once_before_it() -> None:
     assert take_turns("a", count=3, repeat=1, often=False) == ["costs", "a0", "a1", "a2", "a done"]
+
+
+def test_each_async_mode_runs_at_each_fanout_and_each_back_across_each_link() -> None:
+    modes = ["target-1", "async", "lead+back"]
+    assert variants(modes, [0], [0.0]) == modes
+    assert variants(modes, [0, 2], [0.0]) == [
+        "target-1", "async:f0", "async:f2", "lead+back:f0", "lead+back:f2"
+    ]  # fmt: skip
+    assert variants(modes, [2], [0.0, 20.0]) == [
+        "target-1", "async", "lead+back@0ms", "lead+back@20ms"
+    ]  # fmt: skip
+    assert parse_variant("lead+back+free:f2@2.5ms") == ("lead+back+free", 2, 2.5)
+    assert parse_variant("async") == ("async", None, None)
+    assert parse_variant("llama.cpp-all") == ("llama.cpp-all", None, None)

@@ -45,6 +45,11 @@ from duo.cli.main import build_parser, main
         (["generate", "-p", "hi", "-f", "prompt.txt"], "-p TEXT or -f FILE, not both"),
         (["lead", "--bogus"], "duo lead: error: unrecognized arguments: --bogus"),
         (["chat", "--url", "ftp://host"], "expected an http:// or https:// URL"),
+        (["generate", "-p", "hi", "--fanout", "-1"], "integer >= 0"),
+        (["bench", "--fanout", "0,x"], "expected settings like 0,2"),
+        (["bench", "--fanout", "0,99"], "between 0 and 16"),
+        (["bench", "--rtt", "20ms"], "expected milliseconds like 0,20"),
+        (["back", "--fanout", "two"], "integer >= 0"),
         ([], "required"),
     ],
 )

@@ -51,6 +51,15 @@ def find_bin(directory: str | None, name: str) -> Path:
     return path
 
 
+def rpc_server_bin(directory: str | None) -> Path:
+    """llama.cpp's RPC server: ggml-rpc-server as llama-cpp-python's vendored build names
+    it, rpc-server in llama.cpp's own."""
+    try:
+        return find_bin(directory, "ggml-rpc-server")
+    except UsageError:
+        return find_bin(directory, "rpc-server")
+
+
 def _run(argv: list[str], cores: frozenset[int] | None) -> str:
     def pin() -> None:
         if cores:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -283,6 +284,100 @@ class LlamaCpp(Runner):
         return stats, 0.0  # llama.cpp's tools do not report the time to first token
 
 
+class RemoteDraft(Runner):
+    """llama-server-rd: llama.cpp's remote drafting, the peer of lead+back across a link.
+    llama-server holds the main model on the main cores; its draft model lives on a
+    ggml rpc-server on the draft cores (`--spec-draft-device RPC0 -ngld 99`), reached
+    through the same delayed link as duo's backs. Greedy, through llama-server's own
+    /completion, timed by its `predicted_ms` (the generation after the prompt)."""
+
+    def __init__(
+        self,
+        mode: str,
+        models: ModelConfig,
+        spec: SpecConfig,
+        prompts: list[Prompt],
+        n: int,
+        bin_dir: str | None,
+        rtt_ms: float = 0.0,
+    ) -> None:
+        from duo.bench.llamacpp import find_bin, rpc_server_bin
+
+        assert models.draft is not None
+        self.mode, self.n = mode, n
+        with Model(models.main, n_ctx=512) as model:  # the chat template, as the other modes
+            self.texts = [prompt_text(model, p) for p in prompts]
+        main, draft = cores_text(spec.main_cores, "all"), cores_text(spec.draft_cores, "all")
+        self.devices = f"main: cores {main}; draft on an rpc-server: cores {draft} (llama.cpp)"
+        rpc_port, port = free_port(), free_port()
+        rpc = [
+            str(rpc_server_bin(bin_dir)), "-H", "127.0.0.1", "-p", str(rpc_port),
+            "-t", str(models.draft_threads),
+        ]  # fmt: skip
+        self.procs = [_quiet(rpc, spec.draft_cores)]
+        self.link: DelayProxy | None = None
+        try:
+            wait_ready(lambda: _accepts(rpc_port), self.procs[0])
+            if rtt_ms:
+                self.link = DelayProxy(("127.0.0.1", rpc_port), rtt_ms / 2000).start()
+            remote = self.link.port if self.link else rpc_port
+            server = [
+                str(find_bin(bin_dir, "llama-server")), "-m", str(models.main),
+                "-md", str(models.draft), "--rpc", f"127.0.0.1:{remote}",
+                "--spec-draft-device", "RPC0", "-ngld", "99", "-ngl", str(models.n_gpu_layers),
+                "--spec-type", "draft-simple", "--spec-draft-n-max", str(spec.draft_max),
+                "-t", str(models.threads), "-c", str(models.n_ctx), "--host", "127.0.0.1",
+                "--port", str(port), "--no-webui",
+            ]  # fmt: skip
+            self.procs.append(_quiet(server, spec.main_cores))
+            url = f"http://127.0.0.1:{port}"
+            wait_ready(
+                lambda: httpx.get(f"{url}/health", timeout=2).json()["status"] == "ok",
+                self.procs[1],
+                timeout=600,  # the draft model's weights cross the link at load
+            )
+            self.client = httpx.Client(base_url=url, timeout=1800)
+            self._generate(self.texts[-1], min(n, 16))  # warm-up
+        except BaseException:
+            self.close()
+            raise
+
+    def _generate(self, text: str, n: int) -> dict[str, Any]:
+        body = {"prompt": text, "n_predict": n, "temperature": 0.0, "cache_prompt": False}
+        r = self.client.post("/completion", json=body)
+        r.raise_for_status()
+        timings: dict[str, Any] = r.json()["timings"]
+        return timings
+
+    def one(self, i: int) -> tuple[Stats, float]:
+        t = self._generate(self.texts[i], self.n)
+        tokens, accepted = int(t["predicted_n"]), int(t.get("draft_n_accepted", 0))
+        stats = Stats(
+            tokens=tokens,
+            decode_seconds=t["predicted_ms"] / 1000,
+            drafted=int(t.get("draft_n", 0)),
+            accepted=accepted,
+            rounds=tokens - accepted,
+            llama_seconds=t["predicted_ms"] / 1000,
+        )
+        return stats, t["prompt_ms"] / 1000
+
+    def close(self) -> None:
+        if hasattr(self, "client"):
+            self.client.close()
+        for proc in reversed(self.procs):
+            proc.terminate()
+            proc.wait(timeout=30)
+        if self.link is not None:
+            self.link.stop()
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 def _complete(
     client: httpx.Client, p: Prompt, n: int, sampling: SamplingParams
 ) -> tuple[Stats, float]:
@@ -342,8 +437,14 @@ def _complete(
     return s, ttft
 
 
-def _quiet(cmd: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _quiet(cmd: list[str], cores: frozenset[int] | None = None) -> subprocess.Popen[bytes]:
+    def pin() -> None:
+        if cores:
+            os.sched_setaffinity(0, cores)
+
+    return subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=pin
+    )
 
 
 def _cpu_seconds(pid: int) -> float | None:

@@ -32,7 +32,15 @@ from typing import Any
 from duo.bench.costs import Profiler
 from duo.bench.llamacpp import NGRAM_TYPES
 from duo.bench.profiles import DeviceProfile
-from duo.bench.runners import InProcess, LeadBack, LlamaCpp, Prompt, Runner, prompt_tokens
+from duo.bench.runners import (
+    InProcess,
+    LeadBack,
+    LlamaCpp,
+    Prompt,
+    RemoteDraft,
+    Runner,
+    prompt_tokens,
+)
 from duo.bench.sim import simulate_async
 from duo.bench.trace import Trace
 from duo.core.sampling import GREEDY, SamplingParams
@@ -53,7 +61,8 @@ MODES = (
     "lead+back+free",
 )
 FANOUT_MODES = ("async", "async+free", "lead+back", "lead+back+free")  # async model drafters
-LINK_MODES = ("lead+back", "lead+back+free")  # a back across a link
+REMOTE_DRAFT = "llama-server-rd"  # llama.cpp's draft model on an rpc-server (bench.runners)
+LINK_MODES = ("lead+back", "lead+back+free", REMOTE_DRAFT)  # a drafter across a link
 _VARIANT = re.compile(r"(?P<mode>[^:@]+)(?::f(?P<fanout>\d+))?(?:@(?P<rtt>[\d.]+)ms)?")
 
 
@@ -334,6 +343,11 @@ def run(
 
         find_bin(llama_cpp_bin, "llama-completion")
         find_bin(llama_cpp_bin, "llama-speculative-simple")
+    if any(parse_variant(mode)[0] == REMOTE_DRAFT for mode in modes):
+        from duo.bench.llamacpp import find_bin, rpc_server_bin
+
+        find_bin(llama_cpp_bin, "llama-server")
+        rpc_server_bin(llama_cpp_bin)
     base = spec
     target = replace(models, draft=None)
     profiler = Profiler(models, spec, spec.draft_max + 1, _mean_context(target, prompts, n))
@@ -360,6 +374,8 @@ def run(
             return InProcess(label, every_core, cfg, prompts, n, sampling)
         if mode == "async+free":
             return InProcess(label, models, spec, prompts, n, sampling)
+        if mode == REMOTE_DRAFT:
+            return RemoteDraft(label, models, spec, prompts, n, llama_cpp_bin, rtt or rtts[0])
         if mode in PEER_MODES:
             return LlamaCpp(label, models, spec, prompts, n, llama_cpp_bin)
         types = "model" if mode == "lead+back" else "model,ngram"  # no suffix: see LeadBack

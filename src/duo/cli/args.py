@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from duo.cli.progress import Spinner
 from duo.core.sampling import SamplingParams
@@ -20,6 +21,8 @@ from duo.session.config import (
     parse_spec_types,
     resolve_models,
 )
+
+N = TypeVar("N", int, float)
 
 
 def positive(text: str) -> int:
@@ -272,31 +275,28 @@ def add_rpc_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> No
     )
 
 
-def fanouts(text: str) -> list[int]:
+def _numbers(
+    text: str, kind: Callable[[str], N], example: str, low: N, high: N, bounds: str
+) -> list[N]:
+    """A comma-separated list of numbers between low and high (repeats dropped)."""
     try:
-        values = list(dict.fromkeys(int(f) for f in text.split(",")))
+        values = list(dict.fromkeys(kind(v) for v in text.split(",")))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected settings like 0,2, got {text!r}") from None
-    if min(values) < 0 or max(values) > 16:
-        raise argparse.ArgumentTypeError("a fan-out is between 0 and 16 branches")
+        raise argparse.ArgumentTypeError(f"expected {example}, got {text!r}") from None
+    if not all(low <= v <= high for v in values):  # NaN too
+        raise argparse.ArgumentTypeError(bounds)
     return values
+
+
+def fanouts(text: str) -> list[int]:
+    return _numbers(text, int, "settings like 0,2", 0, 16, "a fan-out is between 0 and 16 branches")
 
 
 def round_trips(text: str) -> list[float]:
-    try:
-        values = list(dict.fromkeys(float(r) for r in text.split(",")))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected milliseconds like 0,20, got {text!r}") from None
-    if min(values) < 0 or max(values) > 10_000:
-        raise argparse.ArgumentTypeError("a round trip is between 0 and 10000 ms")
-    return values
+    bounds = "a round trip is between 0 and 10000 ms"
+    return _numbers(text, float, "milliseconds like 0,20", 0.0, 10_000.0, bounds)
 
 
 def client_counts(text: str) -> list[int]:
-    try:
-        counts = sorted({int(c) for c in text.split(",")})
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected counts like 1,2,4, got {text!r}") from None
-    if not counts or counts[0] < 1 or counts[-1] > 64:
-        raise argparse.ArgumentTypeError("client counts must be between 1 and 64")
-    return counts
+    bounds = "client counts must be between 1 and 64"
+    return sorted(_numbers(text, int, "counts like 1,2,4", 1, 64, bounds))

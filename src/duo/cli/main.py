@@ -15,7 +15,7 @@ from duo import __version__
 from duo.bench.clients import SERVERS
 from duo.bench.runners import Prompt
 from duo.bench.suite import MODES as BENCH_MODES
-from duo.bench.suite import PEER_MODES
+from duo.bench.suite import PEER_MODES, REMOTE_DRAFT
 from duo.cli.args import (
     Parser,
     add_model_args,
@@ -295,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--modes",
         nargs="+",
-        choices=BENCH_MODES + PEER_MODES,
+        choices=BENCH_MODES + PEER_MODES + (REMOTE_DRAFT,),
         default=list(BENCH_MODES),
         help="modes to measure (default: all)",
     )
