@@ -26,6 +26,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
+from duo.bench.link import delayed
 from duo.channel import protocol as p
 from duo.llama.backend import Model
 
@@ -272,6 +273,21 @@ def test_back_does_not_change_output(mcluster: Cluster, lead: str, refs: Refs, f
     assert raw["choices"][0]["text"] == refs.raw
     assert chat_body["choices"][0]["message"]["content"] == refs.chat
     assert raw["usage"]["completion_tokens"] == N
+
+
+def test_a_back_across_a_delayed_link_does_not_change_output(
+    mcluster: Cluster, lead: str, refs: Refs
+) -> None:
+    """The back reaches the lead through a proxy that holds every byte 10 ms (± 5) each
+    way: its drafts come late, and the lead verifies whatever is ready when it is."""
+    port = int(lead.rsplit(":", 1)[1])
+    with (
+        delayed(("127.0.0.1", port), rtt_ms=20, jitter_ms=5) as far,
+        back_on(mcluster, f"http://127.0.0.1:{far}", "--fanout", "2", "--max-ahead", "3"),
+    ):
+        body = chat(lead, CHAT_PROMPT, N)
+    assert body["timings"]["draft_n"] > 0, "no draft verified: the check would be vacuous"
+    assert body["choices"][0]["message"]["content"] == refs.chat
 
 
 # -- 2. a back killed mid-generation -------------------------------------------------------

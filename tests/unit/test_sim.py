@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from duo.bench.profiles import SEEDS, DeviceProfile, bench_profile
-from duo.bench.projections import project_seeds, seeds_table
+from duo.bench.projections import project_bench, project_seeds, seeds_table
 from duo.bench.sim import (
     DRAFTER,
     RIGHT,
@@ -383,3 +383,34 @@ def test_free_drafters_replay_their_rounds_on_the_profile() -> None:
     result = simulate_free(rounds, cheap, overhead_ms=0.5)
     assert result.tokens == 13 and result.drafted == 12 and result.accepted == 9
     assert result.ms == pytest.approx(10 + 11 + cheap.main_ms(5) + 10 + 4 * 0.5)
+
+
+def test_each_lead_back_run_across_a_link_is_projected_with_that_link() -> None:
+    """duo bench --rtt runs lead+back@Nms; duo sim projects each with N/2 ms more a way."""
+    rng = random.Random(5)
+    rounds = [[4, rng.randint(0, 4)] for _ in range(200)]
+    report = {
+        "settings": {"draft_max": 4},
+        "profile": {
+            "main_ms_by_batch": {"1": 30.0, "5": 60.0},
+            "draft_ms_by_batch": {"1": 15.0},
+        },
+        "modes": [
+            {"mode": "sync", "tokens_per_second": 20.0, "trace": rounds},
+            *(
+                {"mode": f"lead+back:f{f}@{rtt}ms", "tokens_per_second": 30.0 - rtt / 10}
+                for rtt in (0, 20, 50)
+                for f in (0, 2)
+            ),
+            {"mode": "llama-server-rd@20ms", "tokens_per_second": 9.0},
+        ],
+    }
+    projections = {
+        p.mode: p
+        for p in project_bench(report, bench_profile(report), k=4, max_ahead=12, policy="adaptive")
+    }
+    links = [projections[f"lead+back:f0@{rtt}ms"] for rtt in (0, 20, 50)]
+    assert [p.measured for p in links] == [30.0, 28.0, 25.0]
+    assert links[0].projected >= links[1].projected >= links[2].projected > 0
+    assert links[0].projected > links[2].projected  # 50 ms of round trip costs something
+    assert "lead+back:f2@20ms" not in projections  # fan-out is not simulated

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from duo.bench.variants import parse_variant
 from duo.core.policy import CostModel
 from duo.errors import UsageError
 
@@ -116,7 +117,8 @@ def bench_profile(report: Mapping[str, Any]) -> DeviceProfile:
         (
             float(m["lead_cpu_ms_per_token"])
             for m in report.get("modes", [])
-            if m.get("mode") == "lead+back" and m.get("lead_cpu_ms_per_token") is not None
+            if parse_variant(str(m.get("mode")))[0] == "lead+back"
+            and m.get("lead_cpu_ms_per_token") is not None
         ),
         None,
     )

@@ -6,7 +6,7 @@ replayed through the simulator in duo.sim.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from duo.bench.profiles import SEEDS, DeviceProfile, SeedSetup
@@ -19,6 +19,7 @@ from duo.bench.sim import (
     simulate_target,
 )
 from duo.bench.trace import Trace
+from duo.bench.variants import parse_variant
 from duo.errors import UsageError
 
 # -- projections -----------------------------------------------------------------------
@@ -79,6 +80,23 @@ def project_bench(
         rounds, overhead_ms, measured_speed = free
         projected = simulate_free(rounds, profile, overhead_ms).tokens_per_second
         out.append(Projection("free-1", projected, measured_speed))
+    for label, rtt, measured_speed in link_runs(report):
+        # the link's delay each way, on top of what loopback already costs a message
+        far = replace(profile, network_latency_ms=profile.network_latency_ms + rtt / 2)
+        result = simulate("lead+back", trace, far, k=k, max_ahead=max_ahead, policy=policy)
+        out.append(Projection(label, result.tokens_per_second, measured_speed))
+    return out
+
+
+def link_runs(report: Mapping[str, Any]) -> list[tuple[str, float, float]]:
+    """(label, round trip in ms, tok/s) of each lead+back run across a delayed link
+    (`duo bench --rtt`), at fan-out 0 where several were measured."""
+    out = []
+    for m in report.get("modes", []):
+        label = str(m.get("mode", ""))
+        mode, fanout, rtt = parse_variant(label)
+        if mode == "lead+back" and rtt is not None and not fanout:
+            out.append((label, rtt, float(m["tokens_per_second"])))
     return out
 
 
@@ -128,11 +146,12 @@ def project_seeds(
 
 
 def bench_table(rows: list[Projection]) -> str:
-    lines = [f"{'mode':10} {'projected':>10} {'measured':>9} {'error':>8}"]
+    w = max([10, *(len(r.mode) for r in rows)])
+    lines = [f"{'mode':{w}} {'projected':>10} {'measured':>9} {'error':>8}"]
     for r in rows:
         measured = "" if r.measured is None else f"{r.measured:.2f}"
         error = "" if r.error_percent is None else f"{r.error_percent:+.1f}%"
-        lines.append(f"{r.mode:10} {r.projected:10.2f} {measured:>9} {error:>8}")
+        lines.append(f"{r.mode:{w}} {r.projected:10.2f} {measured:>9} {error:>8}")
     return "\n".join(lines)
 
 

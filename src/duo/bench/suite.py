@@ -20,7 +20,6 @@ import contextlib
 import json
 import math
 import os
-import re
 import statistics
 import sys
 from collections.abc import Sequence
@@ -43,6 +42,7 @@ from duo.bench.runners import (
 )
 from duo.bench.sim import simulate_async
 from duo.bench.trace import Trace
+from duo.bench.variants import FANOUT_MODES, LINK_MODES, REMOTE_DRAFT, parse_variant, variants
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.errors import UsageError
@@ -60,31 +60,6 @@ MODES = (
     "lead+back",
     "lead+back+free",
 )
-FANOUT_MODES = ("async", "async+free", "lead+back", "lead+back+free")  # async model drafters
-REMOTE_DRAFT = "llama-server-rd"  # llama.cpp's draft model on an rpc-server (bench.runners)
-LINK_MODES = ("lead+back", "lead+back+free", REMOTE_DRAFT)  # a drafter across a link
-_VARIANT = re.compile(r"(?P<mode>[^:@]+)(?::f(?P<fanout>\d+))?(?:@(?P<rtt>[\d.]+)ms)?")
-
-
-def variants(modes: Sequence[str], fanouts: Sequence[int], rtts: Sequence[float]) -> list[str]:
-    """Each mode at each fan-out (MODE:fF) and link (MODE@Nms) that applies to it, when
-    there is more than the default one."""
-    out = []
-    for mode in modes:
-        fs = [f":f{f}" for f in fanouts] if mode in FANOUT_MODES and len(fanouts) > 1 else [""]
-        links = list(rtts) != [0] and mode in LINK_MODES
-        ls = [f"@{r:g}ms" for r in rtts] if links else [""]
-        out += [mode + f + link for f in fs for link in ls]
-    return list(dict.fromkeys(out))
-
-
-def parse_variant(label: str) -> tuple[str, int | None, float | None]:
-    """MODE[:fF][@Nms] -> (mode, fan-out or None, round trip or None)."""
-    match = _VARIANT.fullmatch(label)
-    if match is None:
-        return label, None, None
-    fanout, rtt = match["fanout"], match["rtt"]
-    return match["mode"], int(fanout) if fanout else None, float(rtt) if rtt else None
 
 
 MODEL_ONLY = frozenset({"model"})  # sync, async, lead+back: the draft model alone
@@ -142,13 +117,14 @@ class Report:
     profile: dict[str, Any] = field(default_factory=dict)  # measured device costs
 
     def table(self) -> str:
+        w = max([14, *(len(m.mode) for m in self.modes)])
         rows = [
-            f"{'mode':14} {'tok/s':>7} {'vs t-1':>7} {'vs sync':>8} {'ttft ms':>8} "
+            f"{'mode':{w}} {'tok/s':>7} {'vs t-1':>7} {'vs sync':>8} {'ttft ms':>8} "
             f"{'accept':>7} {'mean len':>9} {'rdy/rej':>7} {'ovh ms':>7} {'B/tok':>6}  devices"
         ]
         for m in self.modes:
             rows.append(
-                f"{m.mode:14} {m.tokens_per_second:7.1f} {_x(m.speedup_vs_target_1):>7} "
+                f"{m.mode:{w}} {m.tokens_per_second:7.1f} {_x(m.speedup_vs_target_1):>7} "
                 f"{_x(m.speedup_vs_sync):>8} {m.ttft_ms:8.1f} {m.acceptance_rate:7.2f} "
                 f"{m.mean_acceptance_length:9.2f} {_fraction(m.ready_after_rejection):>7} "
                 f"{m.overhead_ms_per_round:7.2f} "

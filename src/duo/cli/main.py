@@ -15,7 +15,8 @@ from duo import __version__
 from duo.bench.clients import SERVERS
 from duo.bench.runners import Prompt
 from duo.bench.suite import MODES as BENCH_MODES
-from duo.bench.suite import PEER_MODES, REMOTE_DRAFT
+from duo.bench.suite import PEER_MODES
+from duo.bench.variants import REMOTE_DRAFT
 from duo.cli.args import (
     Parser,
     add_model_args,

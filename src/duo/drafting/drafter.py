@@ -252,22 +252,18 @@ class DraftWorker:
         planned = [(t, t.mirror.plan(committed, self.max_ahead)) for t, _, committed, _ in work]
         together = [(t, tokens) for t, tokens in planned if 0 < len(tokens) <= BATCHED]
         alone = [(t, tokens) for t, tokens in planned if len(tokens) > BATCHED]
-        steps = [(t, b) for t, chosen in branching for b in chosen]
-        if len(together) + len(steps) > 1:
+        steps = [(t.fan, b) for t, chosen in branching if t.fan for b in chosen]
+        if len(together) > 1 or steps:
             rows = self.model.decode_batch(
                 [(t.seq, tokens) for t, tokens in together]
                 + [(b.seq, b.tokens[-1:]) for _, b in steps]
             )
             for (t, _), logits in zip(together, rows[: len(together)], strict=True):
                 self._took(t, logits[-1])
-            for (t, b), logits in zip(steps, rows[len(together) :], strict=True):
-                assert t.fan is not None
-                t.fan.took(b, logits[-1])
+            for (fan, b), logits in zip(steps, rows[len(together) :], strict=True):
+                fan.took(b, logits[-1])
         else:
             alone += together
-            for t, b in steps:  # a branch step alone
-                assert t.fan is not None
-                t.fan.took(b, self.model.sequence(b.seq).decode(b.tokens[-1:])[-1])
         for t, tokens in alone:
             self._took(t, t.mirror.model.decode(tokens, all_logits=False)[-1])
         for (t, key, committed, changed), (_, tokens), (_, chosen) in zip(

@@ -1,0 +1,33 @@
+"""The variants of `duo bench`'s modes: each async mode at each fan-out (MODE:fF), and
+each mode with a drafter across a link at each round-trip time (MODE@Nms)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+FANOUT_MODES = ("async", "async+free", "lead+back", "lead+back+free")  # async model drafters
+REMOTE_DRAFT = "llama-server-rd"  # llama.cpp's draft model on an rpc-server (bench.runners)
+LINK_MODES = ("lead+back", "lead+back+free", REMOTE_DRAFT)  # a drafter across a link
+_VARIANT = re.compile(r"(?P<mode>[^:@]+)(?::f(?P<fanout>\d+))?(?:@(?P<rtt>[\d.]+)ms)?")
+
+
+def variants(modes: Sequence[str], fanouts: Sequence[int], rtts: Sequence[float]) -> list[str]:
+    """Each mode at each fan-out (MODE:fF) and link (MODE@Nms) that applies to it, when
+    there is more than the default one."""
+    out = []
+    for mode in modes:
+        fs = [f":f{f}" for f in fanouts] if mode in FANOUT_MODES and len(fanouts) > 1 else [""]
+        links = list(rtts) != [0] and mode in LINK_MODES
+        ls = [f"@{r:g}ms" for r in rtts] if links else [""]
+        out += [mode + f + link for f in fs for link in ls]
+    return list(dict.fromkeys(out))
+
+
+def parse_variant(label: str) -> tuple[str, int | None, float | None]:
+    """MODE[:fF][@Nms] -> (mode, fan-out or None, round trip or None)."""
+    match = _VARIANT.fullmatch(label)
+    if match is None:
+        return label, None, None
+    fanout, rtt = match["fanout"], match["rtt"]
+    return match["mode"], int(fanout) if fanout else None, float(rtt) if rtt else None
