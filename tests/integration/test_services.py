@@ -282,12 +282,44 @@ def test_a_back_across_a_delayed_link_does_not_change_output(
     way: its drafts come late, and the lead verifies whatever is ready when it is."""
     port = int(lead.rsplit(":", 1)[1])
     with (
-        delayed(("127.0.0.1", port), rtt_ms=20, jitter_ms=5) as far,
-        back_on(mcluster, f"http://127.0.0.1:{far}", "--fanout", "2", "--max-ahead", "3"),
+        delayed(("127.0.0.1", port), rtt_ms=20, jitter_ms=5) as link,
+        back_on(mcluster, f"http://127.0.0.1:{link.port}", "--fanout", "2", "--max-ahead", "3"),
     ):
         body = chat(lead, CHAT_PROMPT, N)
     assert body["timings"]["draft_n"] > 0, "no draft verified: the check would be vacuous"
     assert body["choices"][0]["message"]["content"] == refs.chat
+
+
+def test_a_back_whose_link_goes_down_reconnects_and_loses_nothing(
+    mcluster: Cluster, lead: str, refs: Refs
+) -> None:
+    port = int(lead.rsplit(":", 1)[1])
+    with (
+        delayed(("127.0.0.1", port), rtt_ms=10) as link,
+        back_on(mcluster, f"http://127.0.0.1:{link.port}") as back,
+    ):
+        cut_at: list[int] = []  # characters received when the link went down
+
+        def cut_early(so_far: Stream) -> None:
+            if not cut_at and (len(so_far.chunks) >= 20 or len(so_far.text) * 8 >= len(refs.long)):
+                link.cut()
+                cut_at.append(len(so_far.text))
+
+        s = stream_completion(lead, LONG_PROMPT, N_LONG, cut_early)
+        # the back comes back, through the link, and drafts again
+        wait_until(
+            lambda: (
+                back.output().count("duo back: connected") >= 2 and health(lead)["drafters"] == 1
+            ),
+            60,
+            "the back reconnected",
+            back,
+        )
+        again = chat(lead, CHAT_PROMPT, N)
+    assert cut_at
+    assert s.done and s.text == refs.long
+    assert again["choices"][0]["message"]["content"] == refs.chat
+    assert again["timings"]["draft_n"] > 0, "the reconnected back did not draft"
 
 
 # -- 2. a back killed mid-generation -------------------------------------------------------

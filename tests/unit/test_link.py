@@ -40,7 +40,10 @@ def receive(sock: socket.socket, n: int) -> bytes:
 
 
 def test_each_direction_is_delayed_by_half_the_round_trip(echo: tuple[str, int]) -> None:
-    with delayed(echo, rtt_ms=80) as port, socket.create_connection(("127.0.0.1", port)) as s:
+    with (
+        delayed(echo, rtt_ms=80) as link,
+        socket.create_connection(("127.0.0.1", link.port)) as s,
+    ):
         s.sendall(b"warm")
         receive(s, 4)
         for _ in range(3):
@@ -53,11 +56,25 @@ def test_each_direction_is_delayed_by_half_the_round_trip(echo: tuple[str, int])
 def test_bytes_arrive_whole_and_in_order_even_with_jitter(echo: tuple[str, int]) -> None:
     sent = b"".join(i.to_bytes(4, "little") for i in range(5000))
     with (
-        delayed(echo, rtt_ms=10, jitter_ms=5) as port,
-        socket.create_connection(("127.0.0.1", port)) as s,
+        delayed(echo, rtt_ms=10, jitter_ms=5) as link,
+        socket.create_connection(("127.0.0.1", link.port)) as s,
     ):
         for i in range(0, len(sent), 100):  # many small writes: many chunks to reorder
             s.sendall(sent[i : i + 100])
         assert receive(s, len(sent)) == sent
         s.shutdown(socket.SHUT_WR)
         assert s.recv(1) == b""  # the end of the stream is passed on too
+
+
+def test_a_cut_breaks_the_open_connections_and_takes_new_ones(echo: tuple[str, int]) -> None:
+    with delayed(echo, rtt_ms=2) as link:
+        with socket.create_connection(("127.0.0.1", link.port)) as s:
+            s.sendall(b"one")
+            assert receive(s, 3) == b"one"
+            link.cut()
+            s.settimeout(5)
+            assert s.recv(1) == b""  # the link went down
+        with socket.create_connection(("127.0.0.1", link.port)) as s:
+            s.sendall(b"two")
+            assert receive(s, 3) == b"two"
+        assert link.connections == 2

@@ -41,19 +41,28 @@ class DelayProxy:
         self.port = started.result(timeout=10)
         return self
 
+    def cut(self) -> None:
+        """Break every connection open now, as a link that goes down (new ones are taken)."""
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self._drop(), self._loop).result(timeout=10)
+
     def stop(self) -> None:
         async def close() -> None:
             if self._server is not None:
                 self._server.close()
-            for task in list(self._tasks):
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self._drop()
 
         if self._thread.is_alive():
             asyncio.run_coroutine_threadsafe(close(), self._loop).result(timeout=10)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
         self._loop.close()
+
+    async def _drop(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _listen(self) -> int:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
@@ -116,10 +125,10 @@ class DelayProxy:
 
 
 @contextlib.contextmanager
-def delayed(target: tuple[str, int], rtt_ms: float, jitter_ms: float = 0.0) -> Iterator[int]:
-    """A delay proxy in front of `target` for the block: yields its port."""
+def delayed(target: tuple[str, int], rtt_ms: float, jitter_ms: float = 0.0) -> Iterator[DelayProxy]:
+    """A delay proxy in front of `target` for the block (its port: `.port`)."""
     proxy = DelayProxy(target, rtt_ms / 2000, jitter_ms / 1000).start()
     try:
-        yield proxy.port
+        yield proxy
     finally:
         proxy.stop()

@@ -261,9 +261,9 @@ def add_fanout_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup, wh
         type=non_negative,
         default=0,
         metavar="F",
-        help=f"branches {who} drafts at its least sure guesses, each starting with its "
-        "runner-up token there: a draft ready when the lead rejects a guess "
-        "(0: one chain of guesses; default %(default)s)",
+        help=f"branches {who} drafts at its least sure guesses when it is --max-ahead "
+        "ahead, each starting with its runner-up token there: a draft ready when the lead "
+        "rejects a guess (0: one chain of guesses; default %(default)s)",
     )
 
 
