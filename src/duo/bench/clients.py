@@ -38,9 +38,8 @@ from typing import Any
 import httpx
 
 from duo.bench.llamacpp import find_bin
-from duo.bench.runners import Prompt, cores_text, prompt_text, wait_ready
+from duo.bench.runners import Prompt, cores_text, prompt_texts, wait_ready
 from duo.core.sampling import SamplingParams
-from duo.llama.backend import Model
 from duo.net import free_port
 from duo.session.config import ModelConfig, SpecConfig
 
@@ -278,8 +277,7 @@ def run(
     log: Callable[[str], None] = lambda _: None,
 ) -> ClientsReport:
     """Every server with every client count, `repeat` times, servers taking turns."""
-    with Model(models.main, n_ctx=512) as model:
-        texts = [prompt_text(model, p) for p in prompts]
+    texts = prompt_texts(models.main, prompts)
     slots = max(counts)
     report = ClientsReport(
         {

@@ -45,6 +45,13 @@ def prompt_text(model: Model, p: Prompt) -> str:
     return p.text
 
 
+def prompt_texts(main: Path, prompts: list[Prompt]) -> list[str]:
+    """The prompts as text for llama.cpp's tools and servers: chat prompts rendered with the
+    main model's template, as duo's modes render them."""
+    with Model(main, n_ctx=512) as model:
+        return [prompt_text(model, p) for p in prompts]
+
+
 def prompt_tokens(model: Model, p: Prompt) -> list[int]:
     """The prompt's tokens (the chat template brings its own special tokens)."""
     return model.vocab.tokenize(prompt_text(model, p), add_special=p.kind != "chat")
@@ -242,8 +249,7 @@ class LlamaCpp(Runner):
         bin_dir: str | None,
     ) -> None:
         self.mode, self.models, self.spec, self.n, self.bin_dir = mode, models, spec, n, bin_dir
-        with Model(models.main, n_ctx=512) as model:  # the chat template, as the other modes
-            self.texts = [prompt_text(model, p) for p in prompts]
+        self.texts = prompt_texts(models.main, prompts)
         kind = mode.removeprefix("llama.cpp").removeprefix("-")
         every = len(os.sched_getaffinity(0))
         both = spec.main_cores | spec.draft_cores if spec.main_cores and spec.draft_cores else None
@@ -305,8 +311,7 @@ class RemoteDraft(Runner):
 
         assert models.draft is not None
         self.mode, self.n = mode, n
-        with Model(models.main, n_ctx=512) as model:  # the chat template, as the other modes
-            self.texts = [prompt_text(model, p) for p in prompts]
+        self.texts = prompt_texts(models.main, prompts)
         main, draft = cores_text(spec.main_cores, "all"), cores_text(spec.draft_cores, "all")
         self.devices = f"main: cores {main}; draft on an rpc-server: cores {draft} (llama.cpp)"
         rpc_port, port = free_port(), free_port()
