@@ -49,6 +49,8 @@ from duo.cli.main import build_parser, main
         (["bench", "--fanout", "0,x"], "expected settings like 0,2"),
         (["bench", "--fanout", "0,99"], "between 0 and 16"),
         (["bench", "--rtt", "20ms"], "expected milliseconds like 0,20"),
+        (["bench", "--jitter", "1,2"], "expected one number of milliseconds"),
+        (["bench", "--jitter", "-1"], "a delay is between 0 and 10000 ms"),
         (["back", "--fanout", "two"], "integer >= 0"),
         ([], "required"),
     ],

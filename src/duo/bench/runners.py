@@ -140,7 +140,7 @@ class LeadBack(Runner):
         n: int,
         sampling: SamplingParams,
         spec_types: str,
-        rtt_ms: float = 0.0,
+        link: tuple[float, float] = (0.0, 0.0),
     ) -> None:
         assert models.draft is not None
         self.mode = mode
@@ -149,7 +149,7 @@ class LeadBack(Runner):
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         # the back reaches the lead across a delayed link, if one is asked for
-        self.link = DelayProxy(("127.0.0.1", port), rtt_ms / 2000).start() if rtt_ms else None
+        self.link = delay(port, *link)
         back_url = f"http://127.0.0.1:{self.link.port}" if self.link else url
         pin_main = cores_text(spec.main_cores, "")
         pin_draft = cores_text(spec.draft_cores, "")
@@ -305,7 +305,7 @@ class RemoteDraft(Runner):
         prompts: list[Prompt],
         n: int,
         bin_dir: str | None,
-        rtt_ms: float = 0.0,
+        link: tuple[float, float] = (0.0, 0.0),
     ) -> None:
         from duo.bench.llamacpp import find_bin, rpc_server_bin
 
@@ -323,8 +323,7 @@ class RemoteDraft(Runner):
         self.link: DelayProxy | None = None
         try:
             wait_ready(lambda: _accepts(rpc_port), self.procs[0])
-            if rtt_ms:
-                self.link = DelayProxy(("127.0.0.1", rpc_port), rtt_ms / 2000).start()
+            self.link = delay(rpc_port, *link)
             remote = self.link.port if self.link else rpc_port
             server = [
                 str(find_bin(bin_dir, "llama-server")), "-m", str(models.main),
@@ -375,6 +374,13 @@ class RemoteDraft(Runner):
             proc.wait(timeout=30)
         if self.link is not None:
             self.link.stop()
+
+
+def delay(port: int, rtt_ms: float, jitter_ms: float) -> DelayProxy | None:
+    """A delayed link in front of a port on loopback, if any delay is asked for."""
+    if not rtt_ms and not jitter_ms:
+        return None
+    return DelayProxy(("127.0.0.1", port), rtt_ms / 2000, jitter_ms / 1000).start()
 
 
 def _accepts(port: int) -> bool:

@@ -282,6 +282,7 @@ def run(
     interleave: bool = True,
     fanouts: Sequence[int] = (0,),
     rtts: Sequence[float] = (0.0,),
+    jitter_ms: float = 0.0,
 ) -> Report:
     """Measure `modes` on `prompts`. Interleaved (the default), every mode stays loaded and
     they take turns prompt by prompt, so a host that drifts over the run slows them all
@@ -308,6 +309,7 @@ def run(
             "max_ahead": spec.max_ahead,
             "fanout": list(fanouts),
             "rtt_ms": list(rtts),
+            "jitter_ms": jitter_ms,
             "prompts": len(prompts),
             "policy": "adaptive" if spec.adaptive else "fixed",
             "order": "interleaved" if interleave else "sequential",
@@ -351,11 +353,13 @@ def run(
         if mode == "async+free":
             return InProcess(label, models, spec, prompts, n, sampling)
         if mode == REMOTE_DRAFT:
-            return RemoteDraft(label, models, spec, prompts, n, llama_cpp_bin, rtt or rtts[0])
+            link = (rtt or rtts[0], jitter_ms)
+            return RemoteDraft(label, models, spec, prompts, n, llama_cpp_bin, link)
         if mode in PEER_MODES:
             return LlamaCpp(label, models, spec, prompts, n, llama_cpp_bin)
         types = "model" if mode == "lead+back" else "model,ngram"  # no suffix: see LeadBack
-        return LeadBack(label, models, spec, prompts, n, sampling, types, rtt or rtts[0])
+        link = (rtt or rtts[0], jitter_ms)
+        return LeadBack(label, models, spec, prompts, n, sampling, types, link)
 
     turns = [modes] if interleave else [[mode] for mode in modes]
     results: dict[str, ModeResult] = {}

@@ -297,6 +297,14 @@ def round_trips(text: str) -> list[float]:
     return _numbers(text, float, "milliseconds like 0,20", 0.0, 10_000.0, bounds)
 
 
+def milliseconds(text: str) -> float:
+    bounds = "a delay is between 0 and 10000 ms"
+    values = _numbers(text, float, "milliseconds like 5", 0.0, 10_000.0, bounds)
+    if len(values) != 1:
+        raise argparse.ArgumentTypeError(f"expected one number of milliseconds, got {text!r}")
+    return values[0]
+
+
 def client_counts(text: str) -> list[int]:
     bounds = "client counts must be between 1 and 64"
     return sorted(_numbers(text, int, "counts like 1,2,4", 1, 64, bounds))

@@ -25,6 +25,7 @@ from duo.cli.args import (
     add_spec_args,
     client_counts,
     fanouts,
+    milliseconds,
     model_config,
     positive,
     round_trips,
@@ -200,6 +201,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         interleave=_interleave(args.order, models),
         fanouts=args.fanout,
         rtts=args.rtt,
+        jitter_ms=args.jitter,
         log=lambda msg: print(f"\r\x1b[K{msg}", end="", file=sys.stderr, flush=True),
     )
     print(file=sys.stderr)
@@ -327,6 +329,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MS[,MS...]",
         help="put each back across a link with this round-trip time (a delaying TCP proxy "
         "on loopback); several measure each mode with a back at each, as MODE@Nms",
+    )
+    g.add_argument(
+        "--jitter",
+        type=milliseconds,
+        default=0.0,
+        metavar="MS",
+        help="with --rtt: each way's delay varies by up to this much (never reordering)",
     )
     g.add_argument("--policy", choices=("adaptive", "fixed"), default="adaptive")
     g.add_argument(
