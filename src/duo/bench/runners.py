@@ -4,20 +4,20 @@ let the modes take turns.
 
     InProcess   target-1, target-all, sync and async: a Session in this process
     LeadBack    `duo lead` and `duo back` as two processes over loopback, through the API
-    LlamaCpp    llama.cpp's own binaries, the peer to beat
+
+llama.cpp's binaries and servers, the peers to beat, are runners too (duo.bench.peers).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import httpx
 
@@ -169,13 +169,13 @@ class LeadBack(Runner):
         ]  # fmt: skip
         if pin_draft:
             back_cmd += ["--pin", pin_draft]
-        self.procs = [_quiet(lead_cmd)]
+        self.procs = [quiet(lead_cmd)]
         try:
             wait_ready(
                 lambda: httpx.get(f"{url}/health", timeout=2).json()["status"] == "ok",
                 self.procs[0],
             )
-            self.procs.append(_quiet(back_cmd))
+            self.procs.append(quiet(back_cmd))
             wait_ready(
                 lambda: httpx.get(f"{url}/health", timeout=2).json()["drafters"] > 0, self.procs[1]
             )
@@ -226,167 +226,11 @@ class LeadBack(Runner):
             self.link.stop()
 
 
-class Peer(NamedTuple):
-    """How a llama.cpp peer runs."""
-
-    spec_types: str | None  # llama-speculative-simple's --spec-type; None: llama-completion
-    drafted: bool  # with the draft model
-    cores: frozenset[int] | None  # pinned to these (None: every core)
-    threads: int  # of the main model
-
-
-class LlamaCpp(Runner):
-    """The same prompts through llama.cpp's binaries, greedy, on the cores of the duo mode
-    each one is the peer of (see duo.bench.llamacpp)."""
-
-    def __init__(
-        self,
-        mode: str,
-        models: ModelConfig,
-        spec: SpecConfig,
-        prompts: list[Prompt],
-        n: int,
-        bin_dir: str | None,
-    ) -> None:
-        self.mode, self.models, self.spec, self.n, self.bin_dir = mode, models, spec, n, bin_dir
-        self.texts = prompt_texts(models.main, prompts)
-        kind = mode.removeprefix("llama.cpp").removeprefix("-")
-        every = len(os.sched_getaffinity(0))
-        both = spec.main_cores | spec.draft_cores if spec.main_cores and spec.draft_cores else None
-        self.peer = {
-            "": Peer(None, False, spec.main_cores, models.threads),
-            "all": Peer(None, False, None, every),
-            "spec": Peer("draft-simple", True, both, models.threads),
-            "spec+ngram": Peer("draft-simple,ngram-mod", True, both, models.threads),
-        }.get(kind, Peer(kind, False, None, every))
-        models_on = "main + draft, one process" if self.peer.drafted else "main"
-        cores = cores_text(self.peer.cores, "all")
-        self.devices = f"{models_on}: cores {cores} x{self.peer.threads}t (llama.cpp)"
-
-    def one(self, i: int) -> tuple[Stats, float]:
-        from duo.bench import llamacpp
-
-        m, spec, peer = self.models, self.spec, self.peer
-        if peer.spec_types is None:
-            r = llamacpp.target(
-                self.bin_dir, m.main, self.texts[i], self.n, peer.threads, peer.cores,
-                m.n_gpu_layers,
-            )  # fmt: skip
-        else:
-            r = llamacpp.speculative(
-                self.bin_dir, m.main, m.draft if peer.drafted else None, self.texts[i], self.n,
-                spec.draft_max, peer.threads, m.draft_threads, peer.cores, m.n_gpu_layers,
-                m.n_gpu_layers_draft, spec_types=peer.spec_types,
-            )  # fmt: skip
-        # Each round emits its accepted draft tokens plus one: rounds = tokens - accepted.
-        stats = Stats(
-            tokens=r["tokens"],
-            decode_seconds=r["seconds"],
-            drafted=r["drafted"],
-            accepted=r["accepted"],
-            rounds=r["tokens"] - r["accepted"],
-            llama_seconds=r["seconds"],
-        )
-        return stats, 0.0  # llama.cpp's tools do not report the time to first token
-
-
-class RemoteDraft(Runner):
-    """llama-server-rd: llama.cpp's remote drafting, the peer of lead+back across a link.
-    llama-server holds the main model on the main cores; its draft model lives on a
-    ggml rpc-server on the draft cores (`--spec-draft-device RPC0 -ngld 99`), reached
-    through the same delayed link as duo's backs. Greedy, through llama-server's own
-    /completion, timed by its `predicted_ms` (the generation after the prompt)."""
-
-    def __init__(
-        self,
-        mode: str,
-        models: ModelConfig,
-        spec: SpecConfig,
-        prompts: list[Prompt],
-        n: int,
-        bin_dir: str | None,
-        link: tuple[float, float] = (0.0, 0.0),
-    ) -> None:
-        from duo.bench.llamacpp import find_bin, rpc_server_bin
-
-        assert models.draft is not None
-        self.mode, self.n = mode, n
-        self.texts = prompt_texts(models.main, prompts)
-        main, draft = cores_text(spec.main_cores, "all"), cores_text(spec.draft_cores, "all")
-        self.devices = f"main: cores {main}; draft on an rpc-server: cores {draft} (llama.cpp)"
-        rpc_port, port = free_port(), free_port()
-        rpc = [
-            str(rpc_server_bin(bin_dir)), "-H", "127.0.0.1", "-p", str(rpc_port),
-            "-t", str(models.draft_threads),
-        ]  # fmt: skip
-        self.procs = [_quiet(rpc, spec.draft_cores)]
-        self.link: DelayProxy | None = None
-        try:
-            wait_ready(lambda: _accepts(rpc_port), self.procs[0])
-            self.link = delay(rpc_port, *link)
-            remote = self.link.port if self.link else rpc_port
-            server = [
-                str(find_bin(bin_dir, "llama-server")), "-m", str(models.main),
-                "-md", str(models.draft), "--rpc", f"127.0.0.1:{remote}",
-                "--spec-draft-device", "RPC0", "-ngld", "99", "-ngl", str(models.n_gpu_layers),
-                "--spec-type", "draft-simple", "--spec-draft-n-max", str(spec.draft_max),
-                "-t", str(models.threads), "-c", str(models.n_ctx), "--host", "127.0.0.1",
-                "--port", str(port), "--no-webui",
-            ]  # fmt: skip
-            self.procs.append(_quiet(server, spec.main_cores))
-            url = f"http://127.0.0.1:{port}"
-            wait_ready(
-                lambda: httpx.get(f"{url}/health", timeout=2).json()["status"] == "ok",
-                self.procs[1],
-                timeout=600,  # the draft model's weights cross the link at load
-            )
-            self.client = httpx.Client(base_url=url, timeout=1800)
-            self._generate(self.texts[-1], min(n, 16))  # warm-up
-        except BaseException:
-            self.close()
-            raise
-
-    def _generate(self, text: str, n: int) -> dict[str, Any]:
-        body = {"prompt": text, "n_predict": n, "temperature": 0.0, "cache_prompt": False}
-        r = self.client.post("/completion", json=body)
-        r.raise_for_status()
-        timings: dict[str, Any] = r.json()["timings"]
-        return timings
-
-    def one(self, i: int) -> tuple[Stats, float]:
-        t = self._generate(self.texts[i], self.n)
-        tokens, accepted = int(t["predicted_n"]), int(t.get("draft_n_accepted", 0))
-        stats = Stats(
-            tokens=tokens,
-            decode_seconds=t["predicted_ms"] / 1000,
-            drafted=int(t.get("draft_n", 0)),
-            accepted=accepted,
-            rounds=tokens - accepted,
-            llama_seconds=t["predicted_ms"] / 1000,
-        )
-        return stats, t["prompt_ms"] / 1000
-
-    def close(self) -> None:
-        if hasattr(self, "client"):
-            self.client.close()
-        for proc in reversed(self.procs):
-            proc.terminate()
-            proc.wait(timeout=30)
-        if self.link is not None:
-            self.link.stop()
-
-
 def delay(port: int, rtt_ms: float, jitter_ms: float) -> DelayProxy | None:
     """A delayed link in front of a port on loopback, if any delay is asked for."""
     if not rtt_ms and not jitter_ms:
         return None
     return DelayProxy(("127.0.0.1", port), rtt_ms / 2000, jitter_ms / 1000).start()
-
-
-def _accepts(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _complete(
@@ -448,7 +292,7 @@ def _complete(
     return s, ttft
 
 
-def _quiet(cmd: list[str], cores: frozenset[int] | None = None) -> subprocess.Popen[bytes]:
+def quiet(cmd: list[str], cores: frozenset[int] | None = None) -> subprocess.Popen[bytes]:
     def pin() -> None:
         if cores:
             os.sched_setaffinity(0, cores)

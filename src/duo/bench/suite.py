@@ -30,16 +30,9 @@ from typing import Any
 
 from duo.bench.costs import Profiler
 from duo.bench.llamacpp import NGRAM_TYPES
+from duo.bench.peers import LlamaCpp, RemoteDraft
 from duo.bench.profiles import DeviceProfile
-from duo.bench.runners import (
-    InProcess,
-    LeadBack,
-    LlamaCpp,
-    Prompt,
-    RemoteDraft,
-    Runner,
-    prompt_tokens,
-)
+from duo.bench.runners import InProcess, LeadBack, Prompt, Runner, prompt_tokens
 from duo.bench.sim import simulate_async
 from duo.bench.trace import Trace
 from duo.bench.variants import FANOUT_MODES, LINK_MODES, REMOTE_DRAFT, parse_variant, variants
