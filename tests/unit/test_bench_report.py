@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from duo.bench.suite import ModeResult, _take_turns, ceiling
+from duo.bench.report import ModeResult
+from duo.bench.suite import _take_turns, ceiling
 from duo.bench.variants import parse_variant, variants
 from duo.core.stats import Stats
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from duo.bench.costs import Profiler
-from duo.bench.suite import profile_line
+from duo.bench.report import profile_line
 from duo.session.config import ModelConfig, SpecConfig
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from duo.bench.suite import Report
+from duo.bench.report import Report
 from duo.errors import UsageError
 
 

@@ -1,0 +1,218 @@
+"""`duo bench`: every mode on the same prompts, side by side (duo.bench.suite), or
+concurrent clients against servers (duo.bench.clients)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from duo.bench.clients import SERVERS
+from duo.bench.runners import Prompt
+from duo.bench.suite import MODES as BENCH_MODES
+from duo.bench.suite import PEER_MODES
+from duo.bench.variants import REMOTE_DRAFT
+from duo.cli.args import (
+    add_model_args,
+    add_sampling_args,
+    client_counts,
+    fanouts,
+    milliseconds,
+    model_config,
+    positive,
+    round_trips,
+    sampling_params,
+)
+from duo.errors import UsageError
+from duo.session.config import ModelConfig, SpecConfig, parse_pin, parse_spec_types
+
+
+def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    bench = sub.add_parser("bench", help="measure every mode on the same prompts, side by side")
+    add_model_args(bench)
+    g = bench.add_argument_group("benchmark")
+    g.add_argument(
+        "--modes",
+        nargs="+",
+        choices=BENCH_MODES + PEER_MODES + (REMOTE_DRAFT,),
+        default=list(BENCH_MODES),
+        help="modes to measure (default: all)",
+    )
+    g.add_argument("-n", "--n-predict", type=positive, default=128, help="tokens per prompt")
+    g.add_argument("--prompts", help="a JSON-lines prompt file of your own")
+    g.add_argument(
+        "--suite",
+        choices=("chat", "grounded", "all"),
+        default="chat",
+        help="bundled prompts: chat (12 everyday prompts), grounded (18 prompts whose "
+        "answers reuse the prompt), all (default %(default)s)",
+    )
+    g.add_argument("--repeat", type=positive, default=3, help="repeats of the suite (median)")
+    g.add_argument("--draft", type=positive, default=8, metavar="K", help="draft tokens per round")
+    g.add_argument("--max-ahead", type=positive, default=12, metavar="N", help="drafter run-ahead")
+    g.add_argument(
+        "--fanout",
+        type=fanouts,
+        default=[0],
+        metavar="LIST",
+        help="branches of the async drafters (see duo generate --fanout); several "
+        "settings (0,2) measure each of those modes at each, as MODE:fF (default 0)",
+    )
+    g.add_argument(
+        "--rtt",
+        type=round_trips,
+        default=[0.0],
+        metavar="MS[,MS...]",
+        help="put each back across a link with this round-trip time (a delaying TCP proxy "
+        "on loopback); several measure each mode with a back at each, as MODE@Nms",
+    )
+    g.add_argument(
+        "--jitter",
+        type=milliseconds,
+        default=0.0,
+        metavar="MS",
+        help="with --rtt: each way's delay varies by up to this much (never reordering)",
+    )
+    g.add_argument("--policy", choices=("adaptive", "fixed"), default="adaptive")
+    g.add_argument(
+        "--order",
+        choices=("auto", "interleaved", "sequential"),
+        default="auto",
+        help="interleaved: the modes take turns prompt by prompt, all loaded at once (fair "
+        "on a host whose speed drifts); sequential: one mode after another, one loaded at a "
+        "time; auto: interleaved unless layers are offloaded with -ngl/-ngld",
+    )
+    g.add_argument(
+        "--devices",
+        metavar="MAIN:DRAFT",
+        default=None,
+        help="cores of the main and draft devices (default 0:1 with 2+ cores)",
+    )
+    g.add_argument(
+        "--llama-cpp-bin",
+        metavar="DIR",
+        help="llama.cpp's binaries (scripts/build-llama-cpp.sh) to measure as the "
+        "peer; found on PATH otherwise",
+    )
+    g.add_argument("--json", metavar="OUT", help="write the report as JSON")
+    g.add_argument("--plot", metavar="OUT.png", help="draw the report (needs matplotlib)")
+    g.add_argument(
+        "--clients",
+        type=client_counts,
+        metavar="1,2,4",
+        help="instead of the modes: concurrent clients against servers with that many "
+        "slots (aggregate tok/s, time to first token, gaps between streamed chunks)",
+    )
+    g.add_argument(
+        "--servers",
+        nargs="+",
+        choices=SERVERS,
+        help="servers for --clients (default: duo's, and llama-server's with --llama-cpp-bin)",
+    )
+    g.add_argument(
+        "--spec-type",
+        metavar="TYPES",
+        help="for --clients: the draft sources of duo's servers, as duo lead takes them "
+        "('none': the main model alone; default: duo lead's)",
+    )
+    add_sampling_args(bench, temperature=0.0, stops=False)
+    bench.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from duo.bench import suite as bench
+
+    if args.prompts and args.suite != "chat":
+        raise UsageError("give either --prompts FILE or --suite, not both")
+    prompts = bench.load_prompts(args.prompts, args.suite)
+    if args.repeat > 1 and len(prompts) < 2:
+        raise UsageError("--repeat needs at least two prompts (a drafter would cache the answer)")
+    devices = args.devices
+    if devices is None and len(os.sched_getaffinity(0)) > 1:
+        devices = "0:1"
+    main_cores, draft_cores = parse_pin(devices)
+    spec = SpecConfig(
+        mode="async",
+        draft_max=args.draft,
+        max_ahead=args.max_ahead,
+        fanout=args.fanout[0],
+        main_cores=main_cores,
+        draft_cores=draft_cores,
+        adaptive=args.policy == "adaptive",
+    )
+    if args.spec_type is not None:
+        if not args.clients:
+            raise UsageError("--spec-type sets the draft sources of --clients' servers")
+        spec = replace(spec, spec_types=parse_spec_types(args.spec_type))
+    models = model_config(args, need_draft=True)
+    if args.clients:
+        return _bench_clients(args, models, spec, prompts)
+    modes = list(args.modes)
+    if args.modes == list(BENCH_MODES) and (
+        args.llama_cpp_bin or shutil.which("llama-speculative-simple")
+    ):
+        modes += PEER_MODES  # the peer to beat, where its binaries are at hand
+    report = bench.run(
+        models,
+        spec,
+        modes,
+        prompts,
+        args.n_predict,
+        args.repeat,
+        sampling=sampling_params(args),
+        llama_cpp_bin=args.llama_cpp_bin,
+        interleave=_interleave(args.order, models),
+        fanouts=args.fanout,
+        rtts=args.rtt,
+        jitter_ms=args.jitter,
+        log=lambda msg: print(f"\r\x1b[K{msg}", end="", file=sys.stderr, flush=True),
+    )
+    print(file=sys.stderr)
+    print(report.table())
+    if args.json:
+        from duo.bench.report import to_json
+
+        Path(args.json).write_text(to_json(report))
+    if args.plot:
+        from duo.bench.plot import plot
+
+        plot(report, Path(args.plot))
+    return 0
+
+
+def _bench_clients(
+    args: argparse.Namespace, models: ModelConfig, spec: SpecConfig, prompts: list[Prompt]
+) -> int:
+    from duo.bench import clients
+
+    servers = args.servers or [
+        s for s in SERVERS if not s.startswith("llama-server") or args.llama_cpp_bin
+    ]
+    report = clients.run(
+        models,
+        spec,
+        servers,
+        prompts,
+        args.clients,
+        args.n_predict,
+        args.repeat,
+        sampling_params(args),
+        args.llama_cpp_bin,
+        log=lambda msg: print(f"\r\x1b[K{msg}", end="", file=sys.stderr, flush=True),
+    )
+    print(file=sys.stderr)
+    print(report.table())
+    if args.json:
+        Path(args.json).write_text(report.to_json())
+    return 0
+
+
+def _interleave(order: str, models: ModelConfig) -> bool:
+    """Modes take turns prompt by prompt unless asked otherwise, or unless layers are
+    offloaded: every mode holds its own copy of the models on the device then."""
+    if order == "auto":
+        return not (models.n_gpu_layers or models.n_gpu_layers_draft)
+    return order == "interleaved"
