@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from duo.bench.costs import Profiler
-from duo.bench.llamacpp import NGRAM_TYPES
+from duo.bench.llamacpp import NGRAM_TYPES, find_bin, rpc_server_bin
 from duo.bench.peers import LlamaCpp, RemoteDraft
 from duo.bench.profiles import DeviceProfile
 from duo.bench.report import ModeResult, Report
@@ -54,8 +54,6 @@ MODES = (
     "lead+back",
     "lead+back+free",
 )
-
-
 MODEL_ONLY = frozenset({"model"})  # sync, async, lead+back: the draft model alone
 FREE = frozenset({"ngram", "suffix"})  # free-1, free-all: no draft model
 # llama.cpp's own binaries, when available (duo.bench.llamacpp says which is whose peer)
@@ -216,13 +214,9 @@ def run(
         },
     )
     if any(mode in PEER_MODES for mode in modes):  # fail before measuring anything
-        from duo.bench.llamacpp import find_bin
-
         find_bin(llama_cpp_bin, "llama-completion")
         find_bin(llama_cpp_bin, "llama-speculative-simple")
     if any(parse_variant(mode)[0] == REMOTE_DRAFT for mode in modes):
-        from duo.bench.llamacpp import find_bin, rpc_server_bin
-
         find_bin(llama_cpp_bin, "llama-server")
         rpc_server_bin(llama_cpp_bin)
     base = spec
@@ -233,6 +227,7 @@ def run(
         log(f"{label}: loading")
         mode, fanout, rtt = parse_variant(label)
         spec = replace(base, fanout=fanouts[0] if fanout is None else fanout)
+        link = (rtts[0] if rtt is None else rtt, jitter_ms)  # a back's (or a draft's) link
         every_core = replace(target, threads=len(all_cores))
         if mode == "target-1":
             cfg = replace(spec, mode="target", draft_cores=None)
@@ -252,12 +247,10 @@ def run(
         if mode == "async+free":
             return InProcess(label, models, spec, prompts, n, sampling)
         if mode == REMOTE_DRAFT:
-            link = (rtt or rtts[0], jitter_ms)
             return RemoteDraft(label, models, spec, prompts, n, llama_cpp_bin, link)
         if mode in PEER_MODES:
             return LlamaCpp(label, models, spec, prompts, n, llama_cpp_bin)
         types = "model" if mode == "lead+back" else "model,ngram"  # no suffix: see LeadBack
-        link = (rtt or rtts[0], jitter_ms)
         return LeadBack(label, models, spec, prompts, n, sampling, types, link)
 
     turns = [modes] if interleave else [[mode] for mode in modes]
