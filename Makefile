@@ -52,8 +52,10 @@ lint: setup
 unit: setup
 	$(BIN)/python -m pytest tests/unit -q
 
+# One worker per core, each taking whole test files (a file's shared leads and sessions are
+# made once), the integration files first and the many short unit files last.
 test: lint models browser node
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
