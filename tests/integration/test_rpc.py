@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import json
+import re
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from duo.errors import UsageError
 from duo.llama.rpc import probe
 
-from .conftest import Proc, duo, free_port, wait_until
+from .conftest import Cluster, Proc, duo, free_port, health, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -41,20 +47,32 @@ def start_server(tmp: Path, *args: str) -> tuple[Proc, str]:
     return proc, endpoint
 
 
-@pytest.fixture
-def servers(tmp_path: Path) -> Iterator[tuple[list[Proc], list[str]]]:
-    """Two rpc-servers on loopback, one thread each, ready: (processes, endpoints)."""
+@contextmanager
+def started(tmp: Path, count: int) -> Iterator[tuple[list[Proc], list[str]]]:
+    """`count` rpc-servers on loopback, one thread each, ready: (processes, endpoints)."""
     procs: list[Proc] = []
     endpoints: list[str] = []
     try:
-        for _ in range(2):
-            proc, endpoint = start_server(tmp_path)
+        for _ in range(count):
+            proc, endpoint = start_server(tmp)
             procs.append(proc)
             endpoints.append(endpoint)
         yield procs, endpoints
     finally:
         for proc in procs:
             proc.stop()
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[tuple[list[Proc], list[str]]]:
+    with started(tmp_path, 2) as out:
+        yield out
+
+
+@pytest.fixture
+def three_servers(tmp_path: Path) -> Iterator[tuple[list[Proc], list[str]]]:
+    with started(tmp_path, 3) as out:
+        yield out
 
 
 def generate(
@@ -186,3 +204,86 @@ def test_a_server_dying_mid_generation_aborts_with_one_line(
         assert answers(endpoints[0])
     finally:
         gen.stop()
+
+
+def devices_of_layers(log: str) -> Counter[str]:
+    """How many layers llama.cpp's load log (duo -v) assigned to each device."""
+    return Counter(re.findall(r"layer +\d+ assigned to device (\w+)", log))
+
+
+def test_seed_000_command_line_equals_the_main_model_alone(
+    pair: tuple[Path, Path], three_servers: tuple[list[Proc], list[str]]
+) -> None:
+    """The main model split over two rpc-servers, the draft model on a third (--rpcd), as
+    seed 000 runs them: the main model alone's text, with drafts from the remote draft."""
+    main, draft = pair
+    _, (first, second, third) = three_servers
+    local = generate(main)
+    seed = duo(
+        "-v", "generate", "-m", str(main), "-md", str(draft), "--rpc", f"{first},{second}",
+        "--rpcd", third.replace("127.0.0.1", "localhost"), "-p", PROMPT, "-n", "32",
+        "-ngl", "99", "-t", "1", "--temp", "0", "--color", "never",
+    )  # fmt: skip
+    assert local.returncode == 0, local.stderr
+    assert seed.returncode == 0, seed.stderr[-3000:]
+    assert seed.stdout == local.stdout
+    log = seed.stderr
+    assert re.search(r"by source: .*model \d+/[1-9]\d*", log), log[-2000:]  # drafts verified
+    layers = devices_of_layers(log)
+    # The main model's 30 layers and output over RPC0 and RPC1, the draft's all on RPC2.
+    assert layers["RPC0"] > 0 and layers["RPC1"] > 0
+    assert layers["RPC0"] + layers["RPC1"] == layers["RPC2"] == 31, layers
+    assert "CPU" not in layers
+
+
+def test_a_dead_draft_endpoint_fails_fast_with_one_line(pair: tuple[Path, Path]) -> None:
+    main, draft = pair
+    endpoint = f"127.0.0.1:{free_port()}"
+    r = generate(main, "--mode", "sync", "-md", str(draft), "--rpcd", endpoint)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == (
+        f"duo: error: --rpcd {endpoint}: nothing listens there (start one with duo "
+        f"rpc-server --host 127.0.0.1 --port {endpoint.rpartition(':')[2]})"
+    )
+
+
+def stream_text(url: str, body: dict[str, Any], on_first: Callable[[], object]) -> str:
+    """A streamed completion's text; on_first() runs once its first tokens arrive."""
+    parts: list[str] = []
+    with httpx.stream(
+        "POST", f"{url}/v1/completions", json={**body, "stream": True}, timeout=120
+    ) as r:
+        for line in r.iter_lines():
+            data = line.removeprefix("data: ")
+            if not line.startswith("data: ") or data == "[DONE]":
+                continue
+            chunk = json.loads(data)
+            assert "error" not in chunk, chunk
+            parts.append(chunk["choices"][0]["text"])
+            if len(parts) == 1:
+                on_first()
+    return "".join(parts)
+
+
+def test_the_lead_goes_on_when_its_draft_device_dies(
+    pair: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """`duo lead --rpcd`: the draft model drafts from a back of the lead's own. When its
+    rpc-server dies mid-generation, the request ends as the main model alone would end it."""
+    main, draft = pair
+    cluster = Cluster(tmp_path)
+    with started(tmp_path, 1) as (procs, (endpoint,)):
+        try:
+            lead, url = cluster.lead("-m", str(main), "-md", str(draft), "--rpcd", endpoint)
+            wait_until(lambda: health(url)["drafters"] == 1, 120, "the draft's back", lead)
+            body = {"prompt": "10, 20, 30,", "max_tokens": 160, "temperature": 0}
+            streamed = stream_text(url, body, on_first=procs[0].kill)
+            wait_until(lambda: "its drafter stopped" in lead.output(), 30, "the log", lead)
+            alone = httpx.post(f"{url}/v1/completions", json=body, timeout=120).json()
+            assert health(url)["drafters"] == 0
+            assert streamed == alone["choices"][0]["text"]
+            assert alone["choices"][0]["finish_reason"] == "length"
+            assert "llama.cpp aborted" in lead.output()
+            assert "Traceback" not in lead.output()
+        finally:
+            cluster.stop()

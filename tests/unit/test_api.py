@@ -8,6 +8,7 @@ import asyncio
 import json
 import math
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import httpx
@@ -20,10 +21,12 @@ from duo.core.stats import Stats
 from duo.lead.engine.events import Delta, Done, Job
 from duo.lead.engine.lead import ModelInfo, Props
 from duo.lead.openai.api import Api
+from duo.lead.verifier.service import IDLE_SECONDS
 from duo.lead.web.feed import Feed
 from duo.lead.web.page import Web
 from duo.session.config import SpecConfig
 from duo.supervisor.supervise import Supervisor, Worker
+from tests.unit.fakes import FakeModel, table_model
 from tests.unit.test_tools import QWEN25, SMOLLM2, WEATHER, renderer
 
 N_VOCAB = 1000
@@ -46,6 +49,7 @@ class ScriptedLead:
         self.render = renderer(template)
         self.script = script or (lambda job: f"seed {job.sampling.seed} says hello.")
         self.jobs: list[Job] = []
+        self.model = FakeModel(table_model(1))
 
     def longest_token_bytes(self) -> int:
         return 8
@@ -71,6 +75,12 @@ class ScriptedLead:
 
     def check_grammar(self, gbnf: str) -> None:
         pass
+
+    def call(self, fn: Callable[[Any], Any], tokens: list[int]) -> Future[Any]:
+        """The verifier's passes, on a scripted main model of 16 tokens."""
+        future: Future[Any] = Future()
+        future.set_result(fn(self.model))
+        return future
 
     async def events(self, job: Job) -> AsyncIterator[Any]:
         self.jobs.append(job)
@@ -651,3 +661,35 @@ def test_cors_is_off_by_default_and_answers_the_origins_given() -> None:
     assert before.status_code == 400  # an origin not given
     before, after = run(go(("*",), "https://anywhere.example"))
     assert before.status_code == 200 and after.headers["access-control-allow-origin"] == "*"
+
+
+def test_verifier_sessions_expire_when_idle_and_the_oldest_goes_when_full() -> None:
+    now = [0.0]
+    api = Api(ScriptedLead(), None, None, lambda header: True, 1 << 20)  # type: ignore[arg-type]
+    api.verifier.clock = lambda: now[0]
+    api.verifier.max_sessions = 2
+
+    async def go() -> dict[str, Any]:
+        transport = httpx.ASGITransport(app=api.app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://lead") as c:
+
+            async def verify(session: str) -> httpx.Response:
+                return await c.post("/verify", json={"draft_tokens": [5], "session": session})
+
+            for name in ("a", "b"):
+                r = await c.post("/prefill", json={"prompt": [1, 2, 3], "session": name})
+                assert r.json()["prompt_ids"] == [1, 2, 3]
+            assert (await verify("a")).status_code == 200
+            now[0] += IDLE_SECONDS - 1
+            assert (await verify("a")).status_code == 200  # used: idle again from now
+            now[0] += 2  # b has been idle too long; a has not
+            assert (await verify("b")).json()["error"]["param"] == "session"
+            assert (await verify("a")).status_code == 200
+            for name in ("c", "d"):  # two sessions at most: a, used longest ago, goes
+                await c.post("/prefill", json={"prompt": [1, 2, 3], "session": name})
+            assert (await verify("a")).status_code == 400
+            return (await c.get("/stats")).json()  # type: ignore[no-any-return]
+
+    stats = run(go())
+    assert set(stats["sessions"]) == {"c", "d"}
+    assert stats["verifications"] == 3  # forgotten sessions' still counted

@@ -52,6 +52,9 @@ from duo.cli.main import build_parser, main
         (["bench", "--jitter", "1,2"], "expected one number of milliseconds"),
         (["bench", "--jitter", "-1"], "a delay is between 0 and 10000 ms"),
         (["back", "--fanout", "two"], "integer >= 0"),
+        (["back", "--rpc", "127.0.0.1:1", "--rpcd", "127.0.0.1:2"], "--rpc or --rpcd, not both"),
+        (["generate", "-p", "hi", "--rpcd", "host"], "--rpcd: 'host' needs a port"),
+        (["generate", "-p", "hi", "-ngld", "-1"], "integer >= 0"),
         ([], "required"),
     ],
 )

@@ -49,6 +49,8 @@ def test_parse_endpoints_refuses(text: str, message: str) -> None:
     with pytest.raises(UsageError, match=message) as e:
         parse_endpoints(text)
     assert "\n" not in str(e.value)
+    with pytest.raises(UsageError, match=f"^--rpcd.*{message}"):  # named by its own flag
+        parse_endpoints(text, "--rpcd")
 
 
 Server = Callable[[bytes | None], str]  # answer -> endpoint

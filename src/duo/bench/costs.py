@@ -56,6 +56,7 @@ class Profiler:
                     None,
                     threads=models.draft_threads,
                     n_gpu_layers=models.n_gpu_layers_draft,
+                    devices=models.draft_devices,
                     n_ctx=models.n_ctx,
                 )
                 draft = Session(cfg, target)

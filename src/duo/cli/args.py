@@ -11,6 +11,7 @@ from duo.cli.progress import Spinner
 from duo.core.sampling import SamplingParams
 from duo.errors import UsageError
 from duo.llama.models import PAIRS
+from duo.llama.rpc import ALL_LAYERS, Placement, setup_rpc
 from duo.llama.vocab import check_chat_template
 from duo.session.config import (
     MODES,
@@ -91,7 +92,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         "-ngl", "--n-gpu-layers", type=non_negative, default=0, help="main layers on GPU"
     )
     g.add_argument(
-        "-ngld", "--n-gpu-layers-draft", type=non_negative, default=0, help="draft layers on GPU"
+        "-ngld",
+        "--n-gpu-layers-draft",
+        type=non_negative,
+        help="draft layers on GPU (default 0; every layer with --rpcd)",
     )
     g.add_argument("-c", "--ctx-size", type=positive, default=4096, help="context size")
     g.add_argument(
@@ -198,6 +202,20 @@ def add_sampling_args(
         )
 
 
+def read_prompt(args: argparse.Namespace) -> str:
+    """-p TEXT or the text of -f FILE (exactly one of them)."""
+    if args.prompt is None and args.file is None:
+        raise UsageError("give a prompt with -p TEXT or -f FILE")
+    if args.prompt is not None and args.file is not None:
+        raise UsageError("give the prompt with -p TEXT or -f FILE, not both")
+    if args.file is None:
+        return str(args.prompt)
+    try:
+        return Path(args.file).read_text()
+    except OSError as e:
+        raise UsageError(f"cannot read prompt file {args.file}: {e.strerror}") from None
+
+
 def sampling_params(args: argparse.Namespace) -> SamplingParams:
     return SamplingParams(
         temperature=args.temp,
@@ -210,7 +228,10 @@ def sampling_params(args: argparse.Namespace) -> SamplingParams:
     ).check()
 
 
-def model_config(args: argparse.Namespace, *, need_draft: bool) -> ModelConfig:
+def model_config(
+    args: argparse.Namespace, *, need_draft: bool, placement: Placement | None = None
+) -> ModelConfig:
+    placement = placement or Placement()
     draft_path = args.model_draft if need_draft else None
     main, draft = resolve_models(args.model, draft_path, args.pair, progress=Spinner)
     return ModelConfig(
@@ -219,7 +240,9 @@ def model_config(args: argparse.Namespace, *, need_draft: bool) -> ModelConfig:
         threads=args.threads,
         draft_threads=args.threads_draft,
         n_gpu_layers=args.n_gpu_layers,
-        n_gpu_layers_draft=args.n_gpu_layers_draft,
+        n_gpu_layers_draft=draft_layers(args),
+        devices=placement.main,
+        draft_devices=placement.draft,
         n_ctx=args.ctx_size,
         chat_template=read_template(args.chat_template_file),
     )
@@ -267,11 +290,39 @@ def add_fanout_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup, wh
     )
 
 
-def add_rpc_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+def add_rpc_arg(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, *, draft: bool = True
+) -> None:
     parser.add_argument(
         "--rpc",
         metavar="HOST:PORT[,...]",
         help="put the layers given by -ngl on these `duo rpc-server`s (llama.cpp RPC)",
+    )
+    parser.add_argument(
+        "--rpcd",
+        metavar="HOST:PORT[,...]",
+        help="put the draft model's layers (-ngld, default all) on these rpc-servers, and "
+        "no main model layer"
+        if draft
+        else "the same as --rpc (a back's model is a draft model), every layer by default",
+    )
+
+
+def draft_layers(args: argparse.Namespace) -> int:
+    """-ngld as given; else every layer with --rpcd (the point of naming its servers)."""
+    if args.n_gpu_layers_draft is not None:
+        return int(args.n_gpu_layers_draft)
+    return ALL_LAYERS if getattr(args, "rpcd", None) else 0
+
+
+def rpc_placement(args: argparse.Namespace) -> Placement:
+    """--rpc and --rpcd: register their servers before any model loads (a one-line error
+    for one that does not answer); which devices each model may use."""
+    return setup_rpc(
+        args.rpc,
+        n_gpu_layers=args.n_gpu_layers,
+        rpcd=getattr(args, "rpcd", None),
+        n_gpu_layers_draft=draft_layers(args),
     )
 
 

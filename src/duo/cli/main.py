@@ -7,7 +7,6 @@ import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 
 from duo import __version__
 from duo.cli.args import (
@@ -18,12 +17,15 @@ from duo.cli.args import (
     add_spec_args,
     model_config,
     positive,
+    read_prompt,
+    rpc_placement,
     sampling_params,
     spec_config,
     usage_error,
 )
 from duo.cli.bench import add_bench_parser
 from duo.cli.chat import add_chat_parser
+from duo.cli.draft import add_draft_parser
 from duo.cli.load import OtherLoad, busy_note
 from duo.cli.progress import Spinner
 from duo.cli.rpc_server import add_rpc_server_parser
@@ -34,7 +36,6 @@ from duo.core.stats import Stats
 from duo.core.text import TextStream
 from duo.errors import DuoError, UsageError, exit_code
 from duo.llama.models import PAIRS, is_ready, prepare, verify_file
-from duo.llama.rpc import setup_rpc
 from duo.session.config import MODES
 from duo.session.session import Session
 
@@ -69,20 +70,11 @@ def show_generation(
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    if args.prompt is None and args.file is None:
-        raise UsageError("give a prompt with -p TEXT or -f FILE")
-    if args.prompt is not None and args.file is not None:
-        raise UsageError("give the prompt with -p TEXT or -f FILE, not both")
-    text = args.prompt
-    if args.file is not None:
-        try:
-            text = Path(args.file).read_text()
-        except OSError as e:
-            raise UsageError(f"cannot read prompt file {args.file}: {e.strerror}") from None
+    text = read_prompt(args)
     spec = spec_config(args)
     sampling = sampling_params(args)
-    config = model_config(args, need_draft=spec.mode != "target")
-    setup_rpc(args.rpc, n_gpu_layers=args.n_gpu_layers)
+    placement = rpc_placement(args)
+    config = model_config(args, need_draft=spec.mode != "target", placement=placement)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     with Session(config, spec) as session:
         tokens = prompt_tokens(session, text, args.chat)
@@ -194,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_back_parser(sub)
     add_chat_parser(sub)
     add_rpc_server_parser(sub)
+    add_draft_parser(sub)
     add_sim_parser(sub)
     return parser
 

@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from types import FrameType
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -20,6 +21,7 @@ from duo.cli.args import (
     add_model_args,
     add_rpc_arg,
     add_spec_args,
+    draft_layers,
     model_config,
     non_negative,
     port,
@@ -30,9 +32,10 @@ from duo.cli.console import Console
 from duo.cli.progress import Spinner
 from duo.errors import CertificateError, Refused, UsageError, exit_code
 from duo.lead.engine.lead import LeadConfig
-from duo.llama.rpc import setup_rpc
+from duo.llama.rpc import ALL_LAYERS, device_list, parse_endpoints, probe, setup_rpc
 from duo.net import check_port, free_port, is_loopback
-from duo.session.config import parse_pin
+from duo.session.config import ModelConfig, parse_pin
+from duo.supervisor.local_back import LocalBack, back_argv
 from duo.supervisor.supervise import WORKER_ENV
 
 if TYPE_CHECKING:
@@ -97,8 +100,14 @@ def add_back_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--lead", default="http://127.0.0.1:5555", help="the lead's URL (default %(default)s)"
     )
     back.add_argument("-t", "--threads", type=positive, default=1, help="threads")
-    back.add_argument("-ngl", "--n-gpu-layers", type=non_negative, default=0, help="GPU layers")
-    add_rpc_arg(back)
+    back.add_argument(
+        "-ngl",
+        "--n-gpu-layers",
+        "-ngld",
+        type=non_negative,
+        help="GPU or rpc-server layers (default 0; every layer with --rpcd)",
+    )
+    add_rpc_arg(back, draft=False)
     back.add_argument(
         "-c", "--ctx-size", type=positive, default=4096, help="context size of each sequence"
     )
@@ -144,7 +153,13 @@ def cmd_lead(args: argparse.Namespace) -> int:
     if args.rpc and not worker:
         return supervise_lead(args, tls)
     spec = spec_config(args)
-    models = model_config(args, need_draft=args.model_draft is not None)
+    remote_draft = args.rpcd is not None  # drafted by a back of the lead's own
+    models = model_config(args, need_draft=args.model_draft is not None or remote_draft)
+    if remote_draft:
+        if models.draft is None:
+            raise UsageError("--rpcd needs a draft model (-md) to put on its rpc-servers")
+        for endpoint in parse_endpoints(args.rpcd, "--rpcd"):
+            probe(endpoint, flag="--rpcd")  # fail now, in one line
     config = LeadConfig(
         models=models,
         spec=spec,
@@ -169,9 +184,15 @@ def cmd_lead(args: argparse.Namespace) -> int:
         )
     setup_rpc(args.rpc, n_gpu_layers=args.n_gpu_layers)
     console = None if args.quiet else Console(sys.stdout.isatty(), slots=args.parallel)
+    local_back = _local_back(args, models, keys, tls) if remote_draft else None
+    if local_back is not None:
+        config = replace(config, models=replace(models, draft=None))
     service = build_lead(config, console.show if console else None)
     try:
         local = f" + local drafter {models.draft.name}" if models.draft else ""
+        if local_back is not None:
+            local += f" on rpc-servers {args.rpcd}"
+            local_back.start()
         url = _public_url(args.host, args.port, tls)
         print(f"duo lead: {models.main.name}{local} on {url} ({back_hint(url, keys)})", flush=True)
         server = _server(
@@ -189,8 +210,36 @@ def cmd_lead(args: argparse.Namespace) -> int:
         )
         server.run()
     finally:
+        if local_back is not None:
+            local_back.close()
         service.close()
     return 0
+
+
+def _local_back(
+    args: argparse.Namespace, models: ModelConfig, keys: auth.Keys, tls: auth.ServerTls | None
+) -> LocalBack:
+    """--rpcd: the draft model drafts from a `duo back` of the lead's own (duo.supervisor.
+    local_back), on loopback, with the lead's drafting settings and a key it accepts."""
+    host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "localhost") else args.host
+    url = _public_url(host, args.port, tls)
+    options = [
+        "-t", str(args.threads_draft), "-c", str(args.ctx_size), "--parallel", str(args.parallel),
+        "--max-ahead", str(args.max_ahead), "--fanout", str(args.fanout),
+    ]  # fmt: skip
+    _, draft_cores = parse_pin(args.pin)
+    if draft_cores:
+        options += ["--pin", ",".join(map(str, sorted(draft_cores)))]
+    if tls is not None:
+        options += ["--ca-file", tls.certfile]
+    if args.verbose:
+        options.append("-v")
+    env = {k: v for k, v in os.environ.items() if k not in BACK_KEY_ENV}
+    if key := (keys.drafter or keys.api or (None,))[0]:
+        env[auth.DRAFTER_KEY_ENV] = key
+    assert models.draft is not None
+    argv = back_argv(url, str(models.draft), args.rpcd, draft_layers(args), options)
+    return LocalBack(argv, env, f"the draft model on rpc-servers {args.rpcd}")
 
 
 def _public_url(host: str, port: int, tls: auth.ServerTls | None) -> str:
@@ -215,11 +264,12 @@ def supervise_lead(args: argparse.Namespace, tls: auth.ServerTls | None = None) 
     """The lead's model runs on rpc-servers: serve through a supervisor (duo.supervisor)."""
     import uvicorn
 
-    from duo.llama.rpc import parse_endpoints, probe
     from duo.supervisor.supervise import Supervisor, Worker
 
     for endpoint in parse_endpoints(args.rpc):
         probe(endpoint)  # fail now, in one line, rather than in a restart loop
+    for endpoint in parse_endpoints(args.rpcd, "--rpcd") if args.rpcd else ():
+        probe(endpoint, flag="--rpcd")
     port = free_port()
     show = functools.partial(print, flush=True)  # the worker's console, relayed as is
     supervisor = Supervisor(Worker(worker_argv(args.argv, port), port, show))
@@ -245,6 +295,8 @@ def cmd_back(args: argparse.Namespace) -> int:
     from duo.llama.backend import Model
     from duo.session.config import resolve_models
 
+    if args.rpc and args.rpcd:
+        raise UsageError("give a back's rpc-servers with --rpc or --rpcd, not both")
     url = drafter_url(args.lead)  # a bad URL, key or CA file fails before the model loads
     key = auth_args.client_key(args, env=BACK_KEY_ENV)
     tls = auth.client_tls(args.ca_file, url.startswith("wss://"))
@@ -255,12 +307,16 @@ def cmd_back(args: argparse.Namespace) -> int:
         path = resolve_models(args.model, None, None)[0]
     assert path is not None
     cores, _ = parse_pin(args.pin) if args.pin else (None, None)
-    setup_rpc(args.rpc, n_gpu_layers=args.n_gpu_layers)
+    layers = args.n_gpu_layers
+    if layers is None:
+        layers = ALL_LAYERS if args.rpcd else 0
+    placement = setup_rpc(args.rpc, n_gpu_layers=layers, rpcd=args.rpcd, n_gpu_layers_draft=layers)
     model = Model(
         path,
         n_ctx=args.ctx_size,
         n_threads=args.threads,
-        n_gpu_layers=args.n_gpu_layers,
+        n_gpu_layers=layers,
+        devices=device_list(placement.draft),
         n_seq=args.parallel,
         forks=args.parallel * args.fanout,
     )

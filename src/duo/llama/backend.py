@@ -91,6 +91,7 @@ class Model:
         n_ctx: int = 4096,
         n_threads: int = 1,
         n_gpu_layers: int = 0,
+        devices: ctypes.Array[ctypes.c_void_p] | None = None,
         n_batch: int = 512,
         n_seq: int = 1,
         forks: int = 0,
@@ -103,6 +104,8 @@ class Model:
 
         mparams = lib.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
+        if devices is not None:  # where its offloaded layers may go (rpc.device_list)
+            mparams.devices = ctypes.cast(devices, ctypes.c_void_p)
         self._model = lib.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
             raise ModelError(f"llama.cpp could not load {self.path} (corrupt or unsupported GGUF)")

@@ -60,6 +60,8 @@ class ModelConfig:
     draft_threads: int = 1  # -td: threads of the draft model
     n_gpu_layers: int = 0  # -ngl: main model layers offloaded to a GPU/remote device
     n_gpu_layers_draft: int = 0  # -ngld: same, for the draft model
+    devices: tuple[str, ...] | None = None  # where the main model's layers may go (--rpcd)
+    draft_devices: tuple[str, ...] | None = None  # where the draft model's may go (--rpcd)
     n_ctx: int = 4096  # -c: context size in tokens
     chat_template: str | None = None  # --chat-template-file: in place of the GGUF's template
 

@@ -40,6 +40,7 @@ from duo.errors import IncompatibleModels, UsageError
 from duo.llama.backend import Model
 from duo.llama.calibrate import calibrate
 from duo.llama.grammar import Grammar
+from duo.llama.rpc import device_list
 from duo.session.config import ModelConfig, SpecConfig
 
 
@@ -74,6 +75,7 @@ class Session:
             n_ctx=models.n_ctx,
             n_threads=models.threads,
             n_gpu_layers=models.n_gpu_layers,
+            devices=device_list(models.devices),
             n_seq=slots,
             deterministic=spec.deterministic,
         )
@@ -91,6 +93,7 @@ class Session:
                     n_ctx=self.main.n_ctx,
                     n_threads=models.draft_threads,
                     n_gpu_layers=models.n_gpu_layers_draft,
+                    devices=device_list(models.draft_devices),
                     n_seq=slots,
                     forks=slots * spec.fanout if spec.mode == "async" else 0,
                 )

@@ -9,6 +9,8 @@ pass of the main model per round holds each one's last token and chosen draft
 (duo.core.engine.step).
 A request that fails, stops or is cancelled leaves its slot without disturbing the
 others. Its text streams back as events through `emit`, which must be thread-safe.
+A `call` (a drafter-driven client's verification, duo.core.verifier) runs between rounds
+in a free slot, as a pass of its own.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from duo.core.draft import common_prefix
-from duo.core.engine import Finish, Generation, Prefill, Round, step
+from duo.core.engine import Finish, Generation, MainModel, Prefill, Round, step
 from duo.core.logprobs import LogprobQueue, TokenLogprob
 from duo.core.stats import Stats
 from duo.core.text import Chunk, TextStream
@@ -57,6 +61,15 @@ class Running:
     since: float = 0.0  # when the request took its slot
 
 
+@dataclass(eq=False)
+class Call:
+    """Work for the engine thread on one sequence of the main model, between rounds."""
+
+    fn: Callable[[MainModel], Any]
+    tokens: list[int]  # what it will evaluate: the free slot that shares most is chosen
+    future: Future[Any] = field(default_factory=Future)
+
+
 class Engine:
     """The engine thread and its slots. `show(slot, chunk)` sees each request's text as it
     is generated (the console), and `done(stats)` / `failed()` each finished request."""
@@ -79,6 +92,7 @@ class Engine:
         self._failed = failed
         self._flush = flush or (lambda: None)
         self._queue: deque[Ticket] = deque()
+        self._calls: deque[Call] = deque()
         self._running: dict[int, Running] = {}  # by slot; the engine thread's alone
         self._wake = threading.Condition()
         self._closing = False
@@ -102,6 +116,15 @@ class Engine:
         with self._wake:
             self._queue.append(ticket)
             self._wake.notify()
+
+    def call(self, fn: Callable[[MainModel], Any], tokens: list[int]) -> Future[Any]:
+        """Run fn(sequence) on the engine thread, between rounds, on the free slot whose
+        KV shares the longest prefix with `tokens`; its result or exception in the Future."""
+        call = Call(fn, tokens)
+        with self._wake:
+            self._calls.append(call)
+            self._wake.notify()
+        return call.future
 
     def cancelled(self) -> None:
         """A job was cancelled: if it is queued, it leaves the queue now; if it runs, it
@@ -136,24 +159,38 @@ class Engine:
                 self._round()
         for running in list(self._running.values()):
             self._end(running, None)
+        for call in self._calls:
+            call.future.set_exception(DuoError("the lead is shutting down"))
         self._flush()
 
     def _next(self) -> bool:
         """Wait for work, start what the free slots can take; False when closing."""
         with self._wake:
-            while not self._closing and not self._queue and not self._running:
+            while not (self._closing or self._queue or self._running or self._calls):
                 self._flush()
                 self._wake.wait()
             if self._closing:
                 return False
+            calls = []
+            if len(self._running) < self.slots:
+                calls, self._calls = list(self._calls), deque()
             starting: list[Ticket] = []
             while self._queue and len(self._running) + len(starting) < self.slots:
                 ticket = self._queue.popleft()
                 if not ticket.job.cancelled.is_set():  # nobody waits for it any more
                     starting.append(ticket)
+        for call in calls:
+            self._call(call)
         for ticket in starting:
             self._start(ticket)
         return True
+
+    def _call(self, call: Call) -> None:
+        slot = self._pick_slot(call.tokens)
+        try:
+            call.future.set_result(call.fn(self.session.main.sequence(slot)))
+        except Exception as e:
+            call.future.set_exception(e)
 
     def _start(self, ticket: Ticket) -> None:
         job = ticket.job

@@ -11,11 +11,13 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from duo.auth import KeySpec
 from duo.channel.backs import Backs
+from duo.core.engine import MainModel
 from duo.core.text import Chunk
 from duo.errors import PromptTooLong, UsageError
 from duo.lead.engine.events import Delta, Event, Job, Ticket
@@ -174,6 +176,10 @@ class Lead:
         finally:
             job.cancelled.set()
             self.engine.cancelled()
+
+    def call(self, fn: Callable[[MainModel], Any], tokens: list[int]) -> Future[Any]:
+        """Run fn on a sequence of the main model on the engine thread (Engine.call)."""
+        return self.engine.call(fn, tokens)
 
     def props(self) -> Props:
         main = self.session.main

@@ -8,6 +8,9 @@
     WS   /v1/drafter            the drafter channel (duo.channel.protocol)
     POST /tokenize, /detokenize, /apply-template; GET /props
                                 llama-server's extension endpoints (duo.lead.openai.extensions)
+    POST /prefill, /verify; GET /stats
+                                seed 003's verifier, for drafter-driven clients
+                                (duo.lead.verifier.service)
     GET  /openapi.json          the OpenAPI document of all of these (duo.lead.openai.openapi)
 
 plus the routes of the web page (duo.lead.web.page), which the composition root hands in.
@@ -55,6 +58,8 @@ from duo.lead.openai.prompts import Prompts
 from duo.lead.openai.replies import ChatReply, CompletionReply
 from duo.lead.openai.requests import CompletionRequest, DetokenizeRequest, TokenizeRequest
 from duo.lead.openai.responses import Model, Models
+from duo.lead.verifier.requests import PrefillRequest, VerifyRequest
+from duo.lead.verifier.service import Verifier
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +104,7 @@ class Api:
         self.max_body = max_body
         self.prompts = Prompts(lead)
         self.extensions = Extensions(lead, self.prompts)
+        self.verifier = Verifier(lead, self.prompts)
         self.bodies: dict[str, type[msgspec.Struct]] = {}  # path -> its request's type
         self._document: dict[str, Any] | None = None
 
@@ -117,6 +123,7 @@ class Api:
             self._post("/detokenize", DetokenizeRequest, ext.detokenize),
             self._post("/apply-template", ChatRequest, ext.apply_template),
             self._get("/props", ext.props),
+            *self._verifier_routes(),
             self._get("/openapi.json", self.openapi),
             WebSocketRoute(protocol.PATH, self.drafter),
             *more,
@@ -136,6 +143,15 @@ class Api:
         )
         middleware = [cors] if cors_origins else []
         return Starlette(routes=routes, exception_handlers=handlers, middleware=middleware)
+
+    def _verifier_routes(self) -> list[BaseRoute]:
+        """Seed 003's paths, with and without its trailing slash."""
+        v = self.verifier
+        return [
+            *(self._post(f"/prefill{end}", PrefillRequest, v.prefill) for end in ("", "/")),
+            *(self._post(f"/verify{end}", VerifyRequest, v.verify) for end in ("", "/")),
+            self._get("/stats", v.stats),
+        ]
 
     def _get(self, path: str, endpoint: Endpoint) -> Route:
         async def authorized(request: Request) -> Response:

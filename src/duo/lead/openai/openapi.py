@@ -32,6 +32,7 @@ from duo.lead.openai.responses import (
     PropsBody,
     Tokens,
 )
+from duo.lead.verifier.requests import Prefilled, Verified, VerifierStats
 from duo.lead.web.page import EVENTS_PATH
 
 Schema = dict[str, Any]
@@ -47,6 +48,9 @@ ANSWERS: list[type] = [
     Detokenized,
     AppliedTemplate,
     PropsBody,
+    Prefilled,
+    Verified,
+    VerifierStats,
 ]
 ERRORS = {
     "400": "a bad request field (`param` names it)",
@@ -131,6 +135,19 @@ def openapi_schema(bodies: Mapping[str, type]) -> dict[str, Any]:
                 json(PropsBody),
             )
         },
+        **{
+            path: post(path, "Start a drafter-driven session afresh (seed 003)", json(Prefilled))
+            for path in ("/prefill", "/prefill/")
+        },
+        **{
+            path: post(
+                path,
+                "Verify a client's draft; commit the prefix the main model accepts (seed 003)",
+                json(Verified),
+            )
+            for path in ("/verify", "/verify/")
+        },
+        "/stats": {"get": op("The drafter-driven sessions' figures", json(VerifierStats))},
         "/openapi.json": {"get": op("This document", media("application/json", "OpenAPI 3.1"))},
         protocol.PATH: {
             "get": {

@@ -1,0 +1,1 @@
+"""The drafter-driven verifier API (seed 003): POST /prefill and /verify, GET /stats."""

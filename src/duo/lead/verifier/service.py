@@ -1,0 +1,189 @@
+"""Seed 003's verifier server on the lead: drafter-driven clients, one session each.
+
+    POST /prefill  {prompt, session?, sampling?}  -> {prompt_len, prompt_ids, session}
+    POST /verify   {draft_tokens, session?}       -> {accepted_prefix_len, preds,
+                                                      total_tokens, session}
+    GET  /stats    drafted, accepted, acceptance rate, tokens per second: in all and by session
+
+(also with a trailing slash, as seed 003's client calls them). A client names its session
+in the body or the X-Duo-Session header; without one it is 'default', as seed 003's
+single client expects. `/prefill` starts its session afresh. A session left idle for
+`idle_seconds` is forgotten, and the least recently used one when there are `max_sessions`.
+Each verification is a pass of the main model of its own, between the rounds of the
+lead's other requests, in a free slot (the one whose KV cache shares most with the
+session's tokens, so a session that keeps its slot evaluates only its new tokens).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from duo.core.engine import MainModel, prefill
+from duo.core.verifier import Checked, DraftedGeneration
+from duo.errors import UsageError
+from duo.lead.openai.prompts import Prompts
+from duo.lead.verifier.requests import (
+    SESSION_HEADER,
+    Prefilled,
+    PrefillRequest,
+    SessionId,
+    Verified,
+    VerifierStats,
+    VerifyRequest,
+)
+
+IDLE_SECONDS = 600.0
+MAX_SESSIONS = 256
+
+
+class VerifierLead(Protocol):
+    """What the verifier needs of the lead (duo.lead.engine.lead.Lead)."""
+
+    def call(self, fn: Callable[[MainModel], Any], tokens: list[int]) -> Future[Any]: ...
+
+
+@dataclass(eq=False)
+class Session:
+    gen: DraftedGeneration
+    started: float
+    used: float
+    busy_seconds: float = 0.0  # in /verify, waiting for and running its pass
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one verification at a time
+
+    def stats(self) -> dict[str, Any]:
+        gen = self.gen
+        return {
+            "prompt_tokens": gen.prompt_len,
+            "total_tokens": len(gen.tokens),
+            **figures(gen.calls, gen.drafted, gen.accepted, self.used - self.started),
+        }
+
+
+@dataclass
+class Totals:
+    """What sessions verified, over `seconds` of their lives (first prefill to last verify)."""
+
+    calls: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    seconds: float = 0.0
+
+    def add(self, s: Session) -> None:
+        self.calls += s.gen.calls
+        self.drafted += s.gen.drafted
+        self.accepted += s.gen.accepted
+        self.seconds += s.used - s.started
+
+
+def figures(calls: int, drafted: int, accepted: int, seconds: float) -> dict[str, Any]:
+    """Seed 003's summary: what was drafted and accepted, and how fast tokens came."""
+    return {
+        "verifications": calls,
+        "drafted": drafted,
+        "accepted": accepted,
+        "acceptance_rate": accepted / drafted if drafted else 0.0,
+        "tokens_per_verification": accepted / calls if calls else 0.0,
+        "tokens_per_second": accepted / seconds if seconds > 0 else 0.0,
+    }
+
+
+class Verifier:
+    def __init__(
+        self,
+        lead: VerifierLead,
+        prompts: Prompts,
+        *,
+        idle_seconds: float = IDLE_SECONDS,
+        max_sessions: int = MAX_SESSIONS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.lead = lead
+        self.prompts = prompts
+        self.idle_seconds = idle_seconds
+        self.max_sessions = max_sessions
+        self.clock = clock
+        self.sessions: dict[str, Session] = {}  # least recently used first
+        self.ended = Totals()  # of the sessions forgotten
+
+    async def prefill(self, request: Request, body: PrefillRequest) -> Response:
+        sampling = body.sampling()
+        if isinstance(body.prompt, str):
+            tokens = await self.prompts.tokenize(body.prompt, add_special=True, param="prompt")
+        else:
+            tokens = self.prompts.token_ids(body.prompt, "prompt")
+        self.prompts.check_fits(tokens, "prompt")
+        name = session_name(request, body.session)
+        gen = DraftedGeneration(tokens, sampling)
+        await asyncio.wrap_future(self.lead.call(lambda seq: prefill(seq, tokens), tokens))
+        self._forget(name)
+        now = self.clock()
+        self.sessions[name] = Session(gen, now, now)
+        self._expire()
+        return JSONResponse(Prefilled(prompt_len=len(tokens), prompt_ids=tokens, session=name))
+
+    async def verify(self, request: Request, body: VerifyRequest) -> Response:
+        name = session_name(request, body.session)
+        self._expire()
+        session = self.sessions.get(name)
+        if session is None:
+            raise UsageError(
+                f"no session {name!r} (never started, or idle too long): POST /prefill first",
+                param="session",
+            )
+        draft = self.prompts.token_ids(body.draft_tokens, "draft_tokens")
+        async with session.lock:
+            t0 = self.clock()
+            gen = session.gen
+            future = self.lead.call(lambda seq: gen.check(seq, draft), [*gen.tokens, *draft])
+            checked: Checked = await asyncio.wrap_future(future)
+            session.used = self.clock()
+            session.busy_seconds += session.used - t0
+        self.sessions[name] = self.sessions.pop(name, session)  # now the most recently used
+        return JSONResponse(
+            Verified(
+                accepted_prefix_len=checked.accepted,
+                preds=checked.preds,
+                total_tokens=checked.total,
+                session=name,
+            )
+        )
+
+    async def stats(self, request: Request) -> Response:
+        self._expire()
+        total = replace(self.ended)
+        for s in self.sessions.values():
+            total.add(s)
+        sessions = {name: s.stats() for name, s in self.sessions.items()}
+        figured = figures(total.calls, total.drafted, total.accepted, total.seconds)
+        return JSONResponse(VerifierStats(**figured, sessions=sessions))  # type: ignore[typeddict-item]
+
+    def _expire(self) -> None:
+        now = self.clock()
+        for name, s in list(self.sessions.items()):
+            if now - s.used > self.idle_seconds and not s.lock.locked():
+                self._forget(name)
+        while len(self.sessions) > self.max_sessions:
+            self._forget(next(iter(self.sessions)))
+
+    def _forget(self, name: str) -> None:
+        s = self.sessions.pop(name, None)
+        if s is not None:
+            self.ended.add(s)
+
+
+def session_name(request: Request, named: SessionId | None) -> str:
+    name = named or request.headers.get(SESSION_HEADER) or "default"
+    if len(name) > 128 or not all(c.isalnum() or c in "._:-" for c in name):
+        raise UsageError(
+            f"a session is 1-128 letters, digits and ._:- (the {SESSION_HEADER} header too)",
+            param="session",
+        )
+    return name
