@@ -3,6 +3,7 @@ with plain httpx as seed 003's client uses it, and `duo draft` as its client."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -170,3 +171,18 @@ def test_duo_draft_against_a_plain_http_server_says_why(pair: tuple[Path, Path])
     assert "cannot reach the lead at" in r.stderr
     assert "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_the_bench_measures_the_drafter_driven_mode(tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"kind": "raw", "category": "count", "text": "1, 2, 3,"}) + "\n")
+    out = tmp_path / "bench.json"
+    r = duo(
+        "bench", "--prompts", str(prompts), "--modes", "lead+client", "-n", "24", "--repeat",
+        "1", "--json", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    (mode,) = json.loads(out.read_text())["modes"]
+    assert mode["mode"] == "lead+client"
+    assert mode["tokens_per_second"] > 0
+    assert 0 < mode["acceptance_rate"] <= 1

@@ -151,16 +151,7 @@ class LeadBack(Runner):
         # the back reaches the lead across a delayed link, if one is asked for
         self.link = delay(port, *link)
         back_url = f"http://127.0.0.1:{self.link.port}" if self.link else url
-        pin_main = cores_text(spec.main_cores, "")
         pin_draft = cores_text(spec.draft_cores, "")
-        lead_cmd = [
-            sys.executable, "-m", "duo", "lead", "-m", str(models.main), "--port", str(port),
-            "--quiet", "--draft", str(spec.draft_max), "-t", str(models.threads),
-            "--policy", "adaptive" if spec.adaptive else "fixed", "--spec-type", spec_types,
-            "-ngl", str(models.n_gpu_layers), "-c", str(models.n_ctx),
-        ]  # fmt: skip
-        if pin_main:
-            lead_cmd += ["--pin", f"{pin_main}:"]
         back_cmd = [
             sys.executable, "-m", "duo", "back", "-m", str(models.draft), "--lead", back_url,
             "-t", str(models.draft_threads), "--max-ahead", str(spec.max_ahead),
@@ -169,12 +160,8 @@ class LeadBack(Runner):
         ]  # fmt: skip
         if pin_draft:
             back_cmd += ["--pin", pin_draft]
-        self.procs = [quiet(lead_cmd)]
+        self.procs = [start_lead(models, spec, port, spec_types)]
         try:
-            wait_ready(
-                lambda: httpx.get(f"{url}/health", timeout=2).json()["status"] == "ok",
-                self.procs[0],
-            )
             self.procs.append(quiet(back_cmd))
             wait_ready(
                 lambda: httpx.get(f"{url}/health", timeout=2).json()["drafters"] > 0, self.procs[1]
@@ -224,6 +211,29 @@ class LeadBack(Runner):
             proc.wait(timeout=30)
         if self.link is not None:
             self.link.stop()
+
+
+def start_lead(
+    models: ModelConfig, spec: SpecConfig, port: int, spec_types: str
+) -> subprocess.Popen[bytes]:
+    """`duo lead` on the main cores, serving on loopback once this returns."""
+    cmd = [
+        sys.executable, "-m", "duo", "lead", "-m", str(models.main), "--port", str(port),
+        "--quiet", "--draft", str(spec.draft_max), "-t", str(models.threads),
+        "--policy", "adaptive" if spec.adaptive else "fixed", "--spec-type", spec_types,
+        "-ngl", str(models.n_gpu_layers), "-c", str(models.n_ctx),
+    ]  # fmt: skip
+    if spec.main_cores:
+        cmd += ["--pin", f"{cores_text(spec.main_cores, '')}:"]
+    proc = quiet(cmd)
+    try:
+        url = f"http://127.0.0.1:{port}/health"
+        wait_ready(lambda: httpx.get(url, timeout=2).json()["status"] == "ok", proc)
+    except BaseException:
+        proc.terminate()
+        proc.wait(timeout=30)
+        raise
+    return proc
 
 
 def delay(port: int, rtt_ms: float, jitter_ms: float) -> DelayProxy | None:

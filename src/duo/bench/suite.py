@@ -6,6 +6,7 @@ Modes:
     sync        classic speculative decoding on the main device
     async       the drafter on its own thread and device, in one process
     lead+back   `duo lead` and `duo back` as separate processes over loopback
+    lead+client `duo lead` and a drafter-driven client (seed 003's /verify), synchronous
 
 Warm-up runs are excluded; each figure is the median over repeats of the whole suite. The
 suite is run in order, so no prompt follows itself (a drafter would otherwise still hold
@@ -37,6 +38,7 @@ from duo.bench.runners import InProcess, LeadBack, Prompt, Runner, prompt_tokens
 from duo.bench.sim import simulate_async
 from duo.bench.trace import Trace
 from duo.bench.variants import FANOUT_MODES, LINK_MODES, REMOTE_DRAFT, parse_variant, variants
+from duo.bench.verifier import LeadClient
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.errors import UsageError
@@ -53,6 +55,7 @@ MODES = (
     "async+free",
     "lead+back",
     "lead+back+free",
+    "lead+client",
 )
 MODEL_ONLY = frozenset({"model"})  # sync, async, lead+back: the draft model alone
 FREE = frozenset({"ngram", "suffix"})  # free-1, free-all: no draft model
@@ -250,6 +253,8 @@ def run(
             return RemoteDraft(label, models, spec, prompts, n, llama_cpp_bin, link)
         if mode in PEER_MODES:
             return LlamaCpp(label, models, spec, prompts, n, llama_cpp_bin)
+        if mode == "lead+client":
+            return LeadClient(label, models, spec, prompts, n, sampling, link)
         types = "model" if mode == "lead+back" else "model,ngram"  # no suffix: see LeadBack
         return LeadBack(label, models, spec, prompts, n, sampling, types, link)
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 FANOUT_MODES = ("async", "async+free", "lead+back", "lead+back+free")  # async model drafters
 REMOTE_DRAFT = "llama-server-rd"  # llama.cpp's draft model on an rpc-server (bench.runners)
-LINK_MODES = ("lead+back", "lead+back+free", REMOTE_DRAFT)  # a drafter across a link
+LINK_MODES = ("lead+back", "lead+back+free", "lead+client", REMOTE_DRAFT)  # drafter across a link
 _VARIANT = re.compile(r"(?P<mode>[^:@]+)(?::f(?P<fanout>\d+))?(?:@(?P<rtt>[\d.]+)ms)?")
 
 

@@ -4,10 +4,9 @@
 
 It sends the prompt (`POST /prefill`), then repeats: draft `--draft K` tokens with the
 local model after the lead's last correction, verify them (`POST /verify`), keep what the
-main model accepts. The text streams as it is accepted, and a summary in seed 003's terms
-ends it. The lead's text is the main model's alone; the draft model only sets the pace.
-Unlike `duo back`, which streams drafts to the lead as fast as it makes them, this waits
-for every verification: simple, and one round trip per round.
+main model accepts (duo.drafting.client). The text streams as it is accepted, and a
+summary in seed 003's terms ends it. The text is the main model's alone; the draft model
+only sets the pace.
 """
 
 from __future__ import annotations
@@ -16,8 +15,6 @@ import argparse
 import codecs
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -26,95 +23,11 @@ from duo import auth
 from duo.cli import auth_args
 from duo.cli.args import positive, read_prompt
 from duo.cli.chat import TIMEOUT, http_url
-from duo.errors import ClientError, UsageError
+from duo.core.stats import Stats
+from duo.drafting.client import VerifierClient, drafted
+from duo.errors import UsageError
 from duo.llama.backend import Model
 from duo.session.config import resolve_models
-
-
-class Verifier:
-    """The lead's /prefill and /verify, for one session."""
-
-    def __init__(self, client: httpx.Client, session: str | None) -> None:
-        self.client = client
-        self.session = session
-
-    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        if self.session is not None:
-            body = {**body, "session": self.session}
-        try:
-            r = self.client.post(path, json=body)
-        except httpx.HTTPError as e:
-            raise ClientError(f"cannot reach the lead at {self.client.base_url}: {e}") from None
-        if r.status_code != 200:
-            try:
-                message = r.json()["error"]["message"]
-            except (ValueError, KeyError, TypeError):
-                message = f"HTTP {r.status_code} (is this a duo lead?)"
-            raise ClientError(f"{path}: {message}")
-        return r.json()  # type: ignore[no-any-return]
-
-    def prefill(self, prompt: str, sampling: dict[str, Any]) -> list[int]:
-        return [int(t) for t in self.post("/prefill", {"prompt": prompt, **sampling})["prompt_ids"]]
-
-    def verify(self, draft: list[int]) -> tuple[int, list[int]]:
-        r = self.post("/verify", {"draft_tokens": draft})
-        return int(r["accepted_prefix_len"]), [int(t) for t in r["preds"]]
-
-
-@dataclass
-class Tally:
-    prompt: int = 0
-    tokens: int = 0
-    verifications: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    started: float = field(default_factory=time.perf_counter)
-
-    def summary(self) -> list[str]:
-        seconds = time.perf_counter() - self.started
-        rate = self.accepted / self.drafted if self.drafted else 0.0
-        per = self.accepted / self.verifications if self.verifications else 0.0
-        return [
-            f"prompt {self.prompt} tokens; generated {self.tokens} tokens in {seconds:.2f} s "
-            f"({self.tokens / seconds if seconds else 0:.1f} tok/s), "
-            f"{self.verifications} verifications",
-            f"drafted {self.drafted}, accepted {self.accepted}, acceptance rate {rate:.2f}, "
-            f"{per:.2f} tokens per verification",
-        ]
-
-
-def greedy(model: Model, context: list[int], k: int) -> list[int]:
-    """The draft model's k most likely next tokens after `context`, its KV reused."""
-    kept = model.reuse_prefix(context[:-1])
-    out: list[int] = []
-    logits = model.decode(context[kept:], all_logits=False)
-    while len(out) < k and len(context) + len(out) < model.n_ctx - 1:
-        out.append(int(logits[-1].argmax()))
-        logits = model.decode(out[-1:], all_logits=False)
-    return out
-
-
-def drafted(
-    model: Model, lead: Verifier, prompt: list[int], k: int, n: int, tally: Tally
-) -> Iterator[int]:
-    """Seed 003's loop: the tokens the lead commits, in order, up to n or the end."""
-    committed = list(prompt)
-    head: list[int] = []  # the main model's correction, which the next draft starts with
-    while tally.tokens < n:
-        draft = [*head, *greedy(model, [*committed, *head], k)][: max(1, n - tally.tokens)]
-        accepted, preds = lead.verify(draft)
-        tally.verifications += 1
-        tally.drafted += len(draft)
-        tally.accepted += accepted
-        for token in draft[:accepted]:
-            if model.is_eog(token):
-                return
-            tally.tokens += 1
-            committed.append(token)
-            yield token
-        head = [preds[accepted]]
-        if model.is_eog(head[0]):
-            return
 
 
 def cmd_draft(args: argparse.Namespace) -> int:
@@ -136,21 +49,24 @@ def cmd_draft(args: argparse.Namespace) -> int:
             base_url=args.server, headers=headers, timeout=TIMEOUT, verify=tls or True
         ) as client,
     ):
-        lead = Verifier(client, args.session)
-        tally = Tally()
+        lead = VerifierClient(client, args.session)
+        stats = Stats()
+        t0 = time.perf_counter()
         prompt = lead.prefill(text, sampling)
+        stats.prefill_seconds = time.perf_counter() - t0
         if prompt != model.vocab.tokenize(text):
             raise UsageError(
                 f"{path.name} reads the prompt as other tokens than the lead's model: a "
                 "draft model must share the main model's vocabulary"
             )
-        tally.prompt = len(prompt)
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        for token in drafted(model, lead, prompt, args.draft, args.n_predict, tally):
+        for token in drafted(model, lead, prompt, args.draft, args.n_predict, stats):
             print(decoder.decode(model.vocab.piece(token)), end="", flush=True)
         print(decoder.decode(b"", final=True), flush=True)
-    for line in tally.summary():
+    for line in stats.summary():
         print(line, file=sys.stderr)
+    per = stats.accepted / stats.rounds if stats.rounds else 0.0
+    print(f"{stats.rounds} verifications, {per:.2f} tokens per verification", file=sys.stderr)
     return 0
 
 
