@@ -309,10 +309,15 @@ def add_rpc_arg(
 
 
 def draft_layers(args: argparse.Namespace) -> int:
-    """-ngld as given; else every layer with --rpcd (the point of naming its servers)."""
-    if args.n_gpu_layers_draft is not None:
-        return int(args.n_gpu_layers_draft)
-    return ALL_LAYERS if getattr(args, "rpcd", None) else 0
+    return offloaded(args.n_gpu_layers_draft, getattr(args, "rpcd", None))
+
+
+def offloaded(given: int | None, rpcd: str | None) -> int:
+    """The draft's layers to offload: as given; else every layer with --rpcd (the point of
+    naming its servers), none without."""
+    if given is not None:
+        return given
+    return ALL_LAYERS if rpcd else 0
 
 
 def rpc_placement(args: argparse.Namespace) -> Placement:

@@ -24,6 +24,7 @@ from duo.cli.args import (
     draft_layers,
     model_config,
     non_negative,
+    offloaded,
     port,
     positive,
     spec_config,
@@ -32,7 +33,7 @@ from duo.cli.console import Console
 from duo.cli.progress import Spinner
 from duo.errors import CertificateError, Refused, UsageError, exit_code
 from duo.lead.engine.lead import LeadConfig
-from duo.llama.rpc import ALL_LAYERS, device_list, parse_endpoints, probe, setup_rpc
+from duo.llama.rpc import check_endpoints, device_list, setup_rpc
 from duo.net import check_port, free_port, is_loopback
 from duo.session.config import ModelConfig, parse_pin
 from duo.supervisor.local_back import LocalBack, back_argv
@@ -158,8 +159,7 @@ def cmd_lead(args: argparse.Namespace) -> int:
     if remote_draft:
         if models.draft is None:
             raise UsageError("--rpcd needs a draft model (-md) to put on its rpc-servers")
-        for endpoint in parse_endpoints(args.rpcd, "--rpcd"):
-            probe(endpoint, flag="--rpcd")  # fail now, in one line
+        check_endpoints(args.rpcd, "--rpcd")  # fail now, in one line
     config = LeadConfig(
         models=models,
         spec=spec,
@@ -266,10 +266,8 @@ def supervise_lead(args: argparse.Namespace, tls: auth.ServerTls | None = None) 
 
     from duo.supervisor.supervise import Supervisor, Worker
 
-    for endpoint in parse_endpoints(args.rpc):
-        probe(endpoint)  # fail now, in one line, rather than in a restart loop
-    for endpoint in parse_endpoints(args.rpcd, "--rpcd") if args.rpcd else ():
-        probe(endpoint, flag="--rpcd")
+    check_endpoints(args.rpc)  # fail now, in one line, rather than in a restart loop
+    check_endpoints(args.rpcd, "--rpcd")
     port = free_port()
     show = functools.partial(print, flush=True)  # the worker's console, relayed as is
     supervisor = Supervisor(Worker(worker_argv(args.argv, port), port, show))
@@ -307,9 +305,7 @@ def cmd_back(args: argparse.Namespace) -> int:
         path = resolve_models(args.model, None, None)[0]
     assert path is not None
     cores, _ = parse_pin(args.pin) if args.pin else (None, None)
-    layers = args.n_gpu_layers
-    if layers is None:
-        layers = ALL_LAYERS if args.rpcd else 0
+    layers = offloaded(args.n_gpu_layers, args.rpcd)
     placement = setup_rpc(args.rpc, n_gpu_layers=layers, rpcd=args.rpcd, n_gpu_layers_draft=layers)
     model = Model(
         path,

@@ -140,6 +140,13 @@ def probe(endpoint: str, timeout: float = 5.0, flag: str = "--rpc") -> tuple[int
     return major, minor, patch
 
 
+def check_endpoints(text: str | None, flag: str = "--rpc") -> None:
+    """Each endpoint of a flag answers as an rpc-server (else a one-line UsageError), without
+    registering it: for a process that leaves the servers to another (a worker, a back)."""
+    for endpoint in parse_endpoints(text, flag) if text else ():
+        probe(endpoint, flag=flag)
+
+
 def _recv(s: socket.socket, n: int) -> bytes:
     data = b""
     while len(data) < n:
