@@ -287,3 +287,26 @@ def test_the_lead_goes_on_when_its_draft_device_dies(
             assert "Traceback" not in lead.output()
         finally:
             cluster.stop()
+
+
+def test_the_bench_puts_every_modes_draft_model_on_the_rpcd_server(
+    pair: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """In this process (sync), in a back (lead+back) and in a drafter-driven client."""
+    main, draft = pair
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"kind": "raw", "category": "count", "text": "1, 2, 3,"}) + "\n")
+    out = tmp_path / "bench.json"
+    with started(tmp_path, 1) as (_, (endpoint,)):
+        r = duo(
+            "bench", "-m", str(main), "-md", str(draft), "--prompts", str(prompts), "--modes",
+            "sync", "lead+back", "lead+client", "-n", "12", "--repeat", "1", "--rpcd", endpoint,
+            "--json", str(out),
+        )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["settings"]["order"] == "sequential"  # one mode on the server at a time
+    for mode in report["modes"]:
+        draft_on = mode["devices"].partition("; draft: ")[2]
+        assert f" + rpc-servers {endpoint}" in draft_on, mode
+        assert mode["tokens_per_second"] > 0 and mode["acceptance_rate"] > 0, mode

@@ -122,8 +122,12 @@ def cores_text(cores: frozenset[int] | None, unpinned: str) -> str:
 
 def _devices(spec: SpecConfig, models: ModelConfig) -> str:
     text = f"main: cores {cores_text(spec.main_cores, 'all')} x{models.threads}t"
+    if models.rpc:
+        text += f" + rpc-servers {models.rpc}"
     if spec.mode != "target" and models.draft is not None and "model" in spec.spec_types:
         text += f"; draft: cores {cores_text(spec.draft_cores, 'all')} x{models.draft_threads}t"
+        if models.rpcd:
+            text += f" + rpc-servers {models.rpcd}"
     return text
 
 
@@ -160,6 +164,8 @@ class LeadBack(Runner):
         ]  # fmt: skip
         if pin_draft:
             back_cmd += ["--pin", pin_draft]
+        if models.rpcd:
+            back_cmd += ["--rpcd", models.rpcd]
         self.procs = [start_lead(models, spec, port, spec_types)]
         try:
             self.procs.append(quiet(back_cmd))
@@ -225,6 +231,8 @@ def start_lead(
     ]  # fmt: skip
     if spec.main_cores:
         cmd += ["--pin", f"{cores_text(spec.main_cores, '')}:"]
+    if models.rpc:
+        cmd += ["--rpc", models.rpc]
     proc = quiet(cmd)
     try:
         url = f"http://127.0.0.1:{port}/health"

@@ -216,6 +216,9 @@ def run(
             "sampling": asdict(sampling),
         },
     )
+    peers = [m for m in modes if m in PEER_MODES or parse_variant(m)[0] == REMOTE_DRAFT]
+    if peers and (models.rpc or models.rpcd):
+        raise UsageError(f"{peers[0]}: llama.cpp's peers are not given --rpc/--rpcd servers")
     if any(mode in PEER_MODES for mode in modes):  # fail before measuring anything
         find_bin(llama_cpp_bin, "llama-completion")
         find_bin(llama_cpp_bin, "llama-speculative-simple")
@@ -261,6 +264,9 @@ def run(
     turns = [modes] if interleave else [[mode] for mode in modes]
     results: dict[str, ModeResult] = {}
     for group in turns:
+        if not interleave:  # before the mode holds its devices (an rpc-server takes one client)
+            log("device costs: measuring a round")
+            profiler.measure()
         with contextlib.ExitStack() as stack:
             runners = []
             for mode in group:
@@ -294,12 +300,14 @@ def run(
 def _take_turns(
     runners: list[Runner], count: int, repeat: int, log: Any, profiler: Profiler, often: bool
 ) -> dict[str, ModeResult]:
-    """Prompt 0..count-1, `repeat` times, each prompt through every runner in turn. A round
-    of device costs is measured first and, when `often`, after every half of the prompts."""
+    """Prompt 0..count-1, `repeat` times, each prompt through every runner in turn. When
+    `often` (the modes interleaved), a round of device costs is measured first and after
+    every half of the prompts."""
     runs: dict[str, list[list[Stats]]] = {r.mode: [] for r in runners}
     ttfts: dict[str, list[float]] = {r.mode: [] for r in runners}
-    log("device costs: measuring a round")
-    profiler.measure()
+    if often:
+        log("device costs: measuring a round")
+        profiler.measure()
     half = max(1, math.ceil(count / 2))
     for rep in range(repeat):
         for r in runners:

@@ -16,6 +16,7 @@ from duo.core.sampling import SamplingParams
 from duo.core.stats import Stats
 from duo.drafting.client import VerifierClient, drafted
 from duo.llama.backend import Model
+from duo.llama.rpc import device_list
 from duo.net import free_port
 from duo.session.config import ModelConfig, SpecConfig
 from duo.session.session import pinned
@@ -53,6 +54,7 @@ class LeadClient(Runner):
                 n_ctx=models.n_ctx,
                 n_threads=models.draft_threads,
                 n_gpu_layers=models.n_gpu_layers_draft,
+                devices=device_list(models.draft_devices),
             )
             self.tokenized = [prompt_tokens(self.model, p) for p in prompts]
             url = f"http://127.0.0.1:{self.link.port if self.link else port}"

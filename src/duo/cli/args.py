@@ -243,6 +243,8 @@ def model_config(
         n_gpu_layers_draft=draft_layers(args),
         devices=placement.main,
         draft_devices=placement.draft,
+        rpc=getattr(args, "rpc", None),
+        rpcd=getattr(args, "rpcd", None),
         n_ctx=args.ctx_size,
         chat_template=read_template(args.chat_template_file),
     )

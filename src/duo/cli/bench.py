@@ -17,6 +17,7 @@ from duo.bench.suite import PEER_MODES
 from duo.bench.variants import REMOTE_DRAFT
 from duo.cli.args import (
     add_model_args,
+    add_rpc_arg,
     add_sampling_args,
     client_counts,
     fanouts,
@@ -24,6 +25,7 @@ from duo.cli.args import (
     model_config,
     positive,
     round_trips,
+    rpc_placement,
     sampling_params,
 )
 from duo.errors import UsageError
@@ -33,6 +35,7 @@ from duo.session.config import ModelConfig, SpecConfig, parse_pin, parse_spec_ty
 def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = sub.add_parser("bench", help="measure every mode on the same prompts, side by side")
     add_model_args(bench)
+    add_rpc_arg(bench)
     g = bench.add_argument_group("benchmark")
     g.add_argument(
         "--modes",
@@ -147,8 +150,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if not args.clients:
             raise UsageError("--spec-type sets the draft sources of --clients' servers")
         spec = replace(spec, spec_types=parse_spec_types(args.spec_type))
-    models = model_config(args, need_draft=True)
+    models = model_config(args, need_draft=True, placement=rpc_placement(args))
     if args.clients:
+        if args.rpc or args.rpcd:
+            raise UsageError("--clients does not take rpc-servers: measure the modes instead")
         return _bench_clients(args, models, spec, prompts)
     modes = list(args.modes)
     if args.modes == list(BENCH_MODES) and (

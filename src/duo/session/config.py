@@ -62,6 +62,8 @@ class ModelConfig:
     n_gpu_layers_draft: int = 0  # -ngld: same, for the draft model
     devices: tuple[str, ...] | None = None  # where the main model's layers may go (--rpcd)
     draft_devices: tuple[str, ...] | None = None  # where the draft model's may go (--rpcd)
+    rpc: str | None = None  # --rpc: the main model's rpc-servers, for processes started with it
+    rpcd: str | None = None  # --rpcd: the draft model's
     n_ctx: int = 4096  # -c: context size in tokens
     chat_template: str | None = None  # --chat-template-file: in place of the GGUF's template
 
