@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -35,7 +36,16 @@ from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.core.text import TextStream
 from duo.errors import DuoError, UsageError, exit_code
-from duo.llama.models import PAIRS, is_ready, prepare, verify_file
+from duo.llama.models import (
+    HALF_ENV,
+    PAIRS,
+    file_type,
+    half_type,
+    is_ready,
+    native_bf16,
+    prepare,
+    verify_file,
+)
 from duo.session.config import MODES
 from duo.session.session import Session
 
@@ -124,6 +134,10 @@ def cmd_models(args: argparse.Namespace) -> int:
             print(f"{name}: ready\n  main  {main}\n  draft {draft}")
         return 0
     status = 0
+    why = "this CPU has AVX512_BF16" if native_bf16() else "no native BF16 on this CPU"
+    if os.environ.get(HALF_ENV):
+        why = f"${HALF_ENV}"
+    print(f"main models in {half_type()} ({why})")
     for pair in PAIRS.values():
         print(f"{pair.name:10} {pair.description}")
         for which in ("main", "draft"):
@@ -133,7 +147,12 @@ def cmd_models(args: argparse.Namespace) -> int:
                 state = "ok" if ok else "MISSING OR CORRUPT"
                 status |= 0 if ok or not path.exists() else 1
             else:
-                state = "ready" if is_ready(path) else "not prepared"
+                kind = file_type(path)
+                state = (
+                    "not prepared"
+                    if not is_ready(path)
+                    else ", ".join(["ready", *([kind] if kind else [])])
+                )
             print(f"  {which:5} {path}  [{state}]")
     return status
 
