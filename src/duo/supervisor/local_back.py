@@ -28,8 +28,9 @@ STEADY_SECONDS = 30.0  # a back that ran this long starts again after the first 
 
 
 def _child_setup() -> None:
-    """In the child before exec: die with the lead, and take Ctrl-C as a terminal gives it."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    """In the child before exec: die with the lead, and leave a terminal's Ctrl-C to the
+    lead, which stops it (else it would stop first, and be restarted)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 

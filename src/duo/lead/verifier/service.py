@@ -55,7 +55,6 @@ class Session:
     gen: DraftedGeneration
     started: float
     used: float
-    busy_seconds: float = 0.0  # in /verify, waiting for and running its pass
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one verification at a time
 
     def stats(self) -> dict[str, Any]:
@@ -140,13 +139,12 @@ class Verifier:
             )
         draft = self.prompts.token_ids(body.draft_tokens, "draft_tokens")
         async with session.lock:
-            t0 = self.clock()
             gen = session.gen
             future = self.lead.call(lambda seq: gen.check(seq, draft), [*gen.tokens, *draft])
             checked: Checked = await asyncio.wrap_future(future)
             session.used = self.clock()
-            session.busy_seconds += session.used - t0
-        self.sessions[name] = self.sessions.pop(name, session)  # now the most recently used
+        if self.sessions.get(name) is session:  # (not restarted or dropped meanwhile)
+            self.sessions[name] = self.sessions.pop(name)  # now the most recently used
         return JSONResponse(
             Verified(
                 accepted_prefix_len=checked.accepted,
