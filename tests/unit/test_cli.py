@@ -55,6 +55,9 @@ from duo.cli.main import build_parser, main
         (["back", "--rpc", "127.0.0.1:1", "--rpcd", "127.0.0.1:2"], "--rpc or --rpcd, not both"),
         (["generate", "-p", "hi", "--rpcd", "host"], "--rpcd: 'host' needs a port"),
         (["generate", "-p", "hi", "-ngld", "-1"], "integer >= 0"),
+        (["generate", "-p", "hi", "-ctk", "q3_k"], "invalid choice"),
+        (["lead", "-fa", "yes"], "invalid choice"),
+        (["generate", "-p", "hi", "-c", "-1"], "integer >= 0"),
         ([], "required"),
     ],
 )

@@ -10,6 +10,7 @@ from typing import Any, NoReturn, TypeVar
 from duo.cli.progress import Spinner
 from duo.core.sampling import SamplingParams
 from duo.errors import UsageError
+from duo.llama.backend import CACHE_TYPES
 from duo.llama.models import PAIRS
 from duo.llama.rpc import ALL_LAYERS, Placement, setup_rpc
 from duo.llama.vocab import check_chat_template
@@ -97,7 +98,27 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         type=non_negative,
         help="draft layers on GPU (default 0; every layer with --rpcd)",
     )
-    g.add_argument("-c", "--ctx-size", type=positive, default=4096, help="context size")
+    g.add_argument(
+        "-c",
+        "--ctx-size",
+        type=non_negative,
+        default=4096,
+        help="context size in tokens (0: the model's own; default %(default)s)",
+    )
+    g.add_argument(
+        "-fa",
+        "--flash-attn",
+        choices=("on", "off", "auto"),
+        default="auto",
+        help="the main model's flash attention (default %(default)s: llama.cpp decides)",
+    )
+    g.add_argument(
+        "-ctk", "--cache-type-k", choices=list(CACHE_TYPES), default="f16", help="K cache type"
+    )
+    g.add_argument(
+        "-ctv", "--cache-type-v", choices=list(CACHE_TYPES), default="f16", help="V cache type"
+    )
+    g.add_argument("--no-mmap", action="store_true", help="read the models into memory")
     g.add_argument(
         "--chat-template-file",
         metavar="PATH",
@@ -246,6 +267,9 @@ def model_config(
         rpc=getattr(args, "rpc", None),
         rpcd=getattr(args, "rpcd", None),
         n_ctx=args.ctx_size,
+        flash_attn=args.flash_attn,
+        cache_types=(args.cache_type_k, args.cache_type_v),
+        mmap=not args.no_mmap,
         chat_template=read_template(args.chat_template_file),
     )
 

@@ -21,7 +21,7 @@ import httpx
 
 from duo import auth
 from duo.cli import auth_args
-from duo.cli.args import positive, read_prompt
+from duo.cli.args import non_negative, positive, read_prompt
 from duo.cli.chat import TIMEOUT, http_url
 from duo.core.stats import Stats
 from duo.drafting.client import VerifierClient, drafted
@@ -87,7 +87,13 @@ def add_draft_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("--seed", type=int, help="the lead's sampling seed")
     p.add_argument("--session", help="the session's name on the lead (default: 'default')")
     p.add_argument("-t", "--threads", type=positive, default=1, help="draft model threads")
-    p.add_argument("-c", "--ctx-size", type=positive, default=4096, help="context size")
+    p.add_argument(
+        "-c",
+        "--ctx-size",
+        type=non_negative,
+        default=4096,
+        help="context size (0: the model's own)",
+    )
     auth_args.add_key_args(p, "the lead's API key")
     auth_args.add_ca_file_arg(p)
     p.set_defaults(func=cmd_draft)

@@ -90,6 +90,12 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "context of its own of -c tokens; more requests wait (default %(default)s)",
     )
     g.add_argument("--quiet", action="store_true", help="do not print generations")
+    g.add_argument(
+        "--alias",
+        metavar="NAME",
+        help="the model's name in the API: /v1/models and every answer's `model` "
+        "(default: its file's name)",
+    )
     lead.set_defaults(func=cmd_lead)
 
 
@@ -110,7 +116,7 @@ def add_back_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_rpc_arg(back, draft=False)
     back.add_argument(
-        "-c", "--ctx-size", type=positive, default=4096, help="context size of each sequence"
+        "-c", "--ctx-size", type=non_negative, default=4096, help="context size of each sequence"
     )
     back.add_argument(
         "-np",
@@ -169,6 +175,7 @@ def cmd_lead(args: argparse.Namespace) -> int:
         max_body=args.max_body,
         cors_origins=args.cors_origins,
         parallel=args.parallel,
+        alias=args.alias,
     )
     if not is_loopback(args.host) and not keys.api:
         print(

@@ -54,7 +54,7 @@ def build_lead(
             session.local is not None,
             decode_cpu=lambda: main.decode_cpu_seconds,
         )
-        lead = Lead(session, backs, metrics, mail, show)
+        lead = Lead(session, backs, metrics, mail, show, alias=config.alias)
     except BaseException:
         session.close()
         raise

@@ -39,6 +39,11 @@ _GGUF_MAGIC = b"GGUF"
 # Cells of the KV buffer set aside per fork (`Model(forks=)`): a fork shares its prefix's
 # cells and adds a short continuation of its own.
 FORK_CELLS = 64
+# KV cache types (-ctk, -ctv) as llama-server takes them: enum ggml_type's values.
+CACHE_TYPES = {
+    "f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2, "q4_1": 3, "iq4_nl": 20, "q5_0": 6,
+    "q5_1": 7,
+}  # fmt: skip
 _init_lock = threading.Lock()
 _initialised = False
 _log_callback: Any = None  # kept alive for as long as llama.cpp may call it
@@ -92,6 +97,9 @@ class Model:
         n_threads: int = 1,
         n_gpu_layers: int = 0,
         devices: ctypes.Array[ctypes.c_void_p] | None = None,
+        flash_attn: str = "auto",
+        cache_types: tuple[str, str] = ("f16", "f16"),
+        mmap: bool = True,
         n_batch: int = 512,
         n_seq: int = 1,
         forks: int = 0,
@@ -106,6 +114,7 @@ class Model:
         mparams.n_gpu_layers = n_gpu_layers
         if devices is not None:  # where its offloaded layers may go (rpc.device_list)
             mparams.devices = ctypes.cast(devices, ctypes.c_void_p)
+        mparams.use_mmap = mmap
         self._model = lib.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
             raise ModelError(f"llama.cpp could not load {self.path} (corrupt or unsupported GGUF)")
@@ -117,7 +126,7 @@ class Model:
             )
 
         n_train = lib.llama_model_n_ctx_train(self._model)
-        n_ctx = min(n_ctx, n_train) if n_ctx > 0 else (n_train if forks else 0)
+        n_ctx = min(n_ctx, n_train) if n_ctx > 0 else n_train
         cparams = lib.llama_context_default_params()
         if forks and deterministic:
             raise ValueError("forks share KV cells: a deterministic model has none to share")
@@ -131,6 +140,10 @@ class Model:
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
         cparams.no_perf = True
+        cparams.flash_attn_type = {"on": 1, "off": 0, "auto": -1}[flash_attn]
+        cparams.type_k, cparams.type_v = (
+            getattr(lib, f"GGML_TYPE_{t.upper()}") for t in cache_types
+        )
         self._ctx = lib.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             lib.llama_model_free(self._model)

@@ -76,6 +76,9 @@ class Session:
             n_threads=models.threads,
             n_gpu_layers=models.n_gpu_layers,
             devices=device_list(models.devices),
+            flash_attn=models.flash_attn,
+            cache_types=models.cache_types,
+            mmap=models.mmap,
             n_seq=slots,
             deterministic=spec.deterministic,
         )
@@ -94,6 +97,7 @@ class Session:
                     n_threads=models.draft_threads,
                     n_gpu_layers=models.n_gpu_layers_draft,
                     devices=device_list(models.draft_devices),
+                    mmap=models.mmap,
                     n_seq=slots,
                     forks=slots * spec.fanout if spec.mode == "async" else 0,
                 )

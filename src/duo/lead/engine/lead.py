@@ -46,6 +46,7 @@ class LeadConfig:
     # --cors-origins: web pages of these origins ("*": any) may call the API from a
     # browser; none by default
     cors_origins: tuple[str, ...] = ()
+    alias: str | None = None  # --alias: the model's name in the API (default: its file's)
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class Lead:
         metrics: Metrics,
         mail: Mailboxes,
         show: Callable[[int, Chunk | str], None] | None = None,
+        alias: str | None = None,
     ) -> None:
         """`mail` carries the engine thread's calls to the event loop (the drafter channel
         may share it, so that the engine hands over everything at once); `show` sees each
@@ -100,7 +102,7 @@ class Lead:
         self.backs = backs
         self.metrics = metrics
         main = session.main
-        self.info = ModelInfo(main.path.stem, main.n_ctx, main.n_vocab)
+        self.info = ModelInfo(alias or main.path.stem, main.n_ctx, main.n_vocab)
         self.engine = Engine(
             session,
             show=show,
