@@ -27,6 +27,9 @@ def test_llama_server_flags(cluster: Cluster) -> None:
     props = httpx.get(f"{url}/props", timeout=10).json()
     assert props["model_alias"] == "m"
     assert props["default_generation_settings"]["n_ctx"] == 8192  # -c 0: SmolLM2's own
+    (slot,) = httpx.get(f"{url}/slots", timeout=10).json()
+    assert slot["id"] == 0 and slot["n_ctx"] == 8192 and not slot["is_processing"]
+    assert slot["n_cached"] > 8  # the chat's prompt and answer, kept for the next request
     preflight = httpx.options(
         f"{url}/v1/chat/completions",
         headers={"Origin": "https://app.example", "Access-Control-Request-Method": "POST"},

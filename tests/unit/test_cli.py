@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from duo.cli.args import env_defaults
 from duo.cli.main import build_parser, main
+from duo.errors import UsageError
 
 
 @pytest.mark.parametrize(
@@ -129,3 +131,34 @@ def test_cors_origins_are_checked() -> None:
     for bad in ("a.example", "https://a.example/app", "*,https://a.example", "ftp://x"):
         with pytest.raises(argparse.ArgumentTypeError):
             cors_origins(bad)
+
+
+def test_every_long_flag_takes_its_default_from_duo_arg(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """$DUO_ARG_<FLAG>, as llama-server's LLAMA_ARG_*: the flag on the line still wins."""
+    env = {
+        "DUO_ARG_CTX_SIZE": "0",
+        "DUO_ARG_ALIAS": "m",
+        "DUO_ARG_NO_MMAP": "on",
+        "DUO_ARG_FLASH_ATTN": "off",
+        "DUO_ARG_PARALLEL": "3",
+    }
+    parser = build_parser()
+    env_defaults(parser, env)
+    args = parser.parse_args(["lead"])
+    assert (args.ctx_size, args.alias, args.no_mmap, args.flash_attn) == (0, "m", True, "off")
+    assert args.parallel == 3
+    args = parser.parse_args(["lead", "-c", "512", "-np", "2", "--alias", "x"])
+    assert (args.ctx_size, args.parallel, args.alias) == (512, 2, "x")
+    assert build_parser().parse_args(["lead"]).ctx_size == 4096  # no environment, no change
+    for bad, message in [
+        ({"DUO_ARG_FLASH_ATTN": "yes"}, "expected one of on, off, auto"),
+        ({"DUO_ARG_NO_MMAP": "maybe"}, "expected 1 or 0"),
+    ]:
+        with pytest.raises(UsageError, match=message):
+            env_defaults(build_parser(), bad)
+    env_defaults(parser := build_parser(), {"DUO_ARG_CTX_SIZE": "lots"})
+    with pytest.raises(SystemExit):
+        parser.parse_args(["lead"])
+    assert "--ctx-size: expected an integer >= 0, got 'lots'" in capsys.readouterr().err

@@ -16,6 +16,7 @@ from duo.cli.args import (
     add_rpc_arg,
     add_sampling_args,
     add_spec_args,
+    env_defaults,
     model_config,
     positive,
     read_prompt,
@@ -212,6 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    try:
+        env_defaults(parser, os.environ)
+    except UsageError as e:
+        print(f"duo: error: {e}", file=sys.stderr)
+        return 2
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the command whose flags they are not
         message = f"unrecognized arguments: {' '.join(extra)}"

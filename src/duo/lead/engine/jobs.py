@@ -117,6 +117,13 @@ class Engine:
             self._queue.append(ticket)
             self._wake.notify()
 
+    def slot_states(self) -> list[tuple[int, int, Running | None]]:
+        """(slot, tokens in its KV cache, its request or None), read from any thread: a
+        snapshot that may be a round old."""
+        running = dict(self._running)
+        seqs = self.session.main.seqs
+        return [(slot, len(seqs[slot]), running.get(slot)) for slot in range(self.slots)]
+
     def call(self, fn: Callable[[MainModel], Any], tokens: list[int]) -> Future[Any]:
         """Run fn(sequence) on the engine thread, between rounds, on the free slot whose
         KV shares the longest prefix with `tokens`; its result or exception in the Future."""

@@ -56,6 +56,18 @@ class ModelInfo:
     n_vocab: int
 
 
+class SlotState(TypedDict):
+    """GET /slots: one slot, in llama-server's fields (and duo's n_cached)."""
+
+    id: int
+    n_ctx: int
+    speculative: bool  # whether any draft source serves it
+    is_processing: bool
+    n_cached: int  # tokens in its KV cache (a next prompt sharing them skips them)
+    n_prompt_tokens: int  # of its request, while processing (else 0)
+    n_decoded: int  # tokens its request generated so far
+
+
 class Health(TypedDict):
     """GET /health: whether the lead is up, and how busy."""
 
@@ -196,6 +208,23 @@ class Lead:
             local_drafter=self.session.local is not None,
             drafters=self.backs.connected,
         )
+
+    def slots(self) -> list[SlotState]:
+        speculative = bool(self.session.pools or self.session.types - {"model"})
+        out: list[SlotState] = []
+        for slot, cached, running in self.engine.slot_states():
+            out.append(
+                SlotState(
+                    id=slot,
+                    n_ctx=self.info.n_ctx,
+                    speculative=speculative,
+                    is_processing=running is not None,
+                    n_cached=cached,
+                    n_prompt_tokens=len(running.gen.prompt) if running else 0,
+                    n_decoded=running.gen.produced if running else 0,
+                )
+            )
+        return out
 
     def health(self) -> Health:
         return {

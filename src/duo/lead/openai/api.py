@@ -6,7 +6,7 @@
     GET  /health                liveness, connected drafters, queue
     GET  /metrics               Prometheus text format
     WS   /v1/drafter            the drafter channel (duo.channel.protocol)
-    POST /tokenize, /detokenize, /apply-template; GET /props
+    POST /tokenize, /detokenize, /apply-template; GET /props, /slots
                                 llama-server's extension endpoints (duo.lead.openai.extensions)
     POST /prefill, /verify; GET /stats
                                 seed 003's verifier, for drafter-driven clients
@@ -123,6 +123,7 @@ class Api:
             self._post("/detokenize", DetokenizeRequest, ext.detokenize),
             self._post("/apply-template", ChatRequest, ext.apply_template),
             self._get("/props", ext.props),
+            self._get("/slots", self.slots),
             *self._verifier_routes(),
             self._get("/openapi.json", self.openapi),
             WebSocketRoute(protocol.PATH, self.drafter),
@@ -195,6 +196,9 @@ class Api:
 
     async def health(self, request: Request) -> Response:
         return JSONResponse(self.lead.health())
+
+    async def slots(self, request: Request) -> Response:
+        return JSONResponse(self.lead.slots())
 
     async def metrics(self, request: Request) -> Response:
         return PlainTextResponse(self._metrics.render(), media_type="text/plain; version=0.0.4")

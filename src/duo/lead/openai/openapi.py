@@ -20,7 +20,7 @@ import msgspec
 
 from duo import __version__
 from duo.channel import protocol
-from duo.lead.engine.lead import Health
+from duo.lead.engine.lead import Health, SlotState
 from duo.lead.openai.responses import (
     AppliedTemplate,
     ChatCompletion,
@@ -36,6 +36,7 @@ from duo.lead.verifier.requests import Prefilled, Verified, VerifierStats
 from duo.lead.web.page import EVENTS_PATH
 
 Schema = dict[str, Any]
+SLOTS = list[SlotState]
 REF = "#/components/schemas/{name}"
 ANSWERS: list[type] = [
     Completion,
@@ -51,6 +52,7 @@ ANSWERS: list[type] = [
     Prefilled,
     Verified,
     VerifierStats,
+    SLOTS,
 ]
 ERRORS = {
     "400": "a bad request field (`param` names it)",
@@ -146,6 +148,11 @@ def openapi_schema(bodies: Mapping[str, type]) -> dict[str, Any]:
                 json(Verified),
             )
             for path in ("/verify", "/verify/")
+        },
+        "/slots": {
+            "get": op(
+                "Each slot: busy or not, its cached tokens (llama-server)", json(list[SlotState])
+            )
         },
         "/stats": {"get": op("The drafter-driven sessions' figures", json(VerifierStats))},
         "/openapi.json": {"get": op("This document", media("application/json", "OpenAPI 3.1"))},
