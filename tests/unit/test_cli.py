@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from duo.cli.args import env_defaults
 from duo.cli.main import build_parser, main
+from duo.cli.parser import env_defaults
 from duo.errors import UsageError
 
 

@@ -11,24 +11,22 @@ from dataclasses import replace
 
 from duo import __version__
 from duo.cli.args import (
-    Parser,
     add_model_args,
     add_rpc_arg,
     add_sampling_args,
     add_spec_args,
-    env_defaults,
     model_config,
     positive,
     read_prompt,
     rpc_placement,
     sampling_params,
     spec_config,
-    usage_error,
 )
 from duo.cli.bench import add_bench_parser
 from duo.cli.chat import add_chat_parser
 from duo.cli.draft import add_draft_parser
 from duo.cli.load import OtherLoad, busy_note
+from duo.cli.parser import Parser, env_defaults, usage_error
 from duo.cli.progress import Spinner
 from duo.cli.rpc_server import add_rpc_server_parser
 from duo.cli.serve import add_back_parser, add_lead_parser
