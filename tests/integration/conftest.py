@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import socket
@@ -41,10 +42,24 @@ def duo(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     )
 
 
+# Ports for the servers tests start: below Linux's ephemeral range (32768-60999), so no
+# connection's local port takes one, and a range of its own for each pytest-xdist worker
+# (gw0, gw1, ...), so two workers never hand out the same port.
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+_SPAN = 12000 // max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+_PORTS = itertools.cycle(range(20000 + _SPAN * _WORKER, 20000 + _SPAN * (_WORKER + 1)))
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port nothing listens on, from this worker's range."""
+    for port in _PORTS:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("unreachable")
 
 
 def _default_sigint() -> None:
