@@ -24,12 +24,13 @@ _D = SamplingParams()
 MAX_DRAFT = 256  # draft tokens in one verification
 SESSION_HEADER = "X-Duo-Session"  # the session, when the body does not name it
 
+SESSION_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"  # the body's field and the header alike
 SessionId = Annotated[
     str,
     Meta(
         min_length=1,
         max_length=128,
-        pattern=r"^[A-Za-z0-9._:-]+$",
+        pattern=SESSION_PATTERN,
         description=f"the client's session (else the {SESSION_HEADER} header, else "
         "'default'): each session generates on its own",
     ),

@@ -17,6 +17,7 @@ session's tokens, so a session that keeps its slot evaluates only its new tokens
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -32,6 +33,7 @@ from duo.errors import UsageError
 from duo.lead.openai.prompts import Prompts
 from duo.lead.verifier.requests import (
     SESSION_HEADER,
+    SESSION_PATTERN,
     Prefilled,
     PrefillRequest,
     SessionId,
@@ -179,7 +181,7 @@ class Verifier:
 
 def session_name(request: Request, named: SessionId | None) -> str:
     name = named or request.headers.get(SESSION_HEADER) or "default"
-    if len(name) > 128 or not all(c.isalnum() or c in "._:-" for c in name):
+    if not re.fullmatch(SESSION_PATTERN, name, re.ASCII):
         raise UsageError(
             f"a session is 1-128 letters, digits and ._:- (the {SESSION_HEADER} header too)",
             param="session",
