@@ -16,7 +16,7 @@ PIN := $(shell $(PYTHON) -c "import os; print('--pin 0:1' if len(os.sched_getaff
 # on the PATH.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup models coder browser node demo test unit lint clean
+.PHONY: setup models coder browser node net demo test unit lint clean
 
 setup: $(STAMP)
 
@@ -50,6 +50,13 @@ node:
 	    $(SUDO) apt-get install -y --no-install-recommends nodejs \
 	    || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends nodejs; }; }
 
+# The bench's second host is a network namespace: iproute2's ip and tc (its tests need root).
+net:
+	@command -v ip >/dev/null && command -v tc >/dev/null || { \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    $(SUDO) apt-get install -y --no-install-recommends iproute2 \
+	    || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends iproute2; }; }
+
 demo: models
 	$(BIN)/duo demo $(PIN)
 
@@ -63,7 +70,7 @@ unit: setup
 
 # One worker per core, each taking whole test files (a file's shared leads and sessions are
 # made once), the integration files first and the many short unit files last.
-test: lint models coder browser node
+test: lint models coder browser node net
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
 
 clean:

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -73,11 +73,15 @@ def _default_sigint() -> None:
 class Proc:
     """A duo subprocess whose output is kept in a file; always torn down."""
 
-    def __init__(self, args: list[str], log: Path) -> None:
+    def __init__(
+        self, args: list[str], log: Path, host: Callable[[list[str]], list[str]] | None = None
+    ) -> None:
+        """`host` makes the command one that runs elsewhere (a namespace's `FarHost.run`)."""
         self.log = log
         self._out = log.open("wb")
+        cmd = [sys.executable, "-m", "duo", *args]
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "duo", *args],
+            host(cmd) if host else cmd,
             stdout=self._out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -140,9 +144,16 @@ class Cluster:
         wait_until(lambda: health(url)["status"] == "ok", 180, "lead ready", proc)
         return proc, url
 
-    def back(self, url: str, *args: str, wait: bool = True) -> Proc:
+    def back(
+        self,
+        url: str,
+        *args: str,
+        wait: bool = True,
+        host: Callable[[list[str]], list[str]] | None = None,
+    ) -> Proc:
         before = health(url)["drafters"] if wait else 0
-        proc = Proc(["back", "--lead", url, *args], self.tmp / f"back-{len(self.procs)}.log")
+        log = self.tmp / f"back-{len(self.procs)}.log"
+        proc = Proc(["back", "--lead", url, *args], log, host)
         self.procs.append(proc)
         if wait:
             wait_until(lambda: health(url)["drafters"] > before, 120, "back connected", proc)

@@ -26,7 +26,9 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
+from duo.bench import netns
 from duo.bench.link import delayed
+from duo.bench.netns import FarHost
 from duo.channel import protocol as p
 from duo.llama.backend import Model
 
@@ -228,9 +230,12 @@ class Background:
 
 
 @contextmanager
-def back_on(cluster: Cluster, url: str, *args: str, wait: bool = True) -> Iterator[Proc]:
-    """A back for the duration of the block; gone (and seen gone by the lead) after."""
-    proc = cluster.back(url, *args, wait=wait)
+def back_on(
+    cluster: Cluster, url: str, *args: str, wait: bool = True, far: FarHost | None = None
+) -> Iterator[Proc]:
+    """A back for the duration of the block (in namespace `far`, if given); gone (and seen
+    gone by the lead) after."""
+    proc = cluster.back(url, *args, wait=wait, host=far.run if far else None)
     try:
         yield proc
     finally:
@@ -275,28 +280,45 @@ def test_back_does_not_change_output(mcluster: Cluster, lead: str, refs: Refs, f
     assert raw["usage"]["completion_tokens"] == N
 
 
+@pytest.fixture(scope="module")
+def far() -> Iterator[FarHost]:
+    """A second host: a network namespace across a veth pair (needs root)."""
+    why = netns.unavailable()
+    if why:
+        pytest.skip(why)
+    with netns.far_host() as host:
+        yield host
+
+
 def test_a_back_across_a_delayed_link_does_not_change_output(
-    mcluster: Cluster, lead: str, refs: Refs
+    mcluster: Cluster, lead: str, refs: Refs, far: FarHost
 ) -> None:
-    """The back reaches the lead through a proxy that holds every byte 10 ms (± 5) each
-    way: its drafts come late, and the lead verifies whatever is ready when it is."""
+    """The back runs in another network namespace and reaches the lead through a proxy
+    that holds every byte 10 ms (± 5) each way: its drafts come late, and the lead
+    verifies whatever is ready when it is, never waiting for one."""
     port = int(lead.rsplit(":", 1)[1])
     with (
-        delayed(("127.0.0.1", port), rtt_ms=20, jitter_ms=5) as link,
-        back_on(mcluster, f"http://127.0.0.1:{link.port}", "--fanout", "2", "--max-ahead", "3"),
+        delayed(("127.0.0.1", port), rtt_ms=20, jitter_ms=5, host=far.near) as link,
+        back_on(
+            mcluster, f"http://{far.near}:{link.port}", "--fanout", "2", "--max-ahead", "3", far=far
+        ) as back,
     ):
+        s = stream_completion(lead, LONG_PROMPT, N_LONG)
         body = chat(lead, CHAT_PROMPT, N)
+    assert "duo back: connected" in back.output()
     assert body["timings"]["draft_n"] > 0, "no draft verified: the check would be vacuous"
     assert body["choices"][0]["message"]["content"] == refs.chat
+    assert s.done and s.text == refs.long
+    assert s.max_gap() < 1.0, f"the lead stalled {s.max_gap():.2f} s between two chunks"
 
 
 def test_a_back_whose_link_goes_down_reconnects_and_loses_nothing(
-    mcluster: Cluster, lead: str, refs: Refs
+    mcluster: Cluster, lead: str, refs: Refs, far: FarHost
 ) -> None:
     port = int(lead.rsplit(":", 1)[1])
     with (
-        delayed(("127.0.0.1", port), rtt_ms=10) as link,
-        back_on(mcluster, f"http://127.0.0.1:{link.port}") as back,
+        delayed(("127.0.0.1", port), rtt_ms=10, host=far.near) as link,
+        back_on(mcluster, f"http://{far.near}:{link.port}", far=far) as back,
     ):
         cut_at: list[int] = []  # characters received when the link went down
 

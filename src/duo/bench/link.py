@@ -16,16 +16,26 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+
+from duo.bench.netns import FarHost
 
 CHUNK = 1 << 16
 
 
 class DelayProxy:
-    """Listens on 127.0.0.1 (`port`, once started) and forwards every connection to
+    """Listens on `host` (`port`, once started) and forwards every connection to
     `target`, delaying each direction by `one_way` seconds (± `jitter`)."""
 
-    def __init__(self, target: tuple[str, int], one_way: float, jitter: float = 0.0) -> None:
+    def __init__(
+        self,
+        target: tuple[str, int],
+        one_way: float,
+        jitter: float = 0.0,
+        host: str = "127.0.0.1",
+    ) -> None:
         self.target = target
+        self.host = host
         self.one_way = one_way
         self.jitter = jitter
         self.port = 0
@@ -65,7 +75,7 @@ class DelayProxy:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _listen(self) -> int:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._accept, self.host, 0)
         return int(self._server.sockets[0].getsockname()[1])
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -124,11 +134,49 @@ class DelayProxy:
             sender.cancel()
 
 
+@dataclass(frozen=True)
+class Link:
+    """How the bench's far side (a back, an rpc-server) and its near side (the lead, the
+    main model) reach each other: the round trip and jitter a proxy adds, and the
+    namespace the far side runs in (None: this host's loopback)."""
+
+    rtt_ms: float = 0.0
+    jitter_ms: float = 0.0
+    far: FarHost | None = None
+
+    @property
+    def near_host(self) -> str:
+        """Where the far side finds this side's proxies."""
+        return self.far.near if self.far else "127.0.0.1"
+
+    @property
+    def far_host(self) -> str:
+        """Where a far-side server listens, and this side finds it."""
+        return self.far.far if self.far else "127.0.0.1"
+
+    def command(self, cmd: list[str]) -> list[str]:
+        """`cmd` as a far-side process."""
+        return self.far.run(cmd) if self.far else cmd
+
+    def proxy(self, target: tuple[str, int], host: str) -> DelayProxy | None:
+        """A started proxy on `host` in front of `target`; None where the two sides meet
+        on loopback without delay."""
+        if self.far is None and not self.rtt_ms and not self.jitter_ms:
+            return None
+        return DelayProxy(target, self.rtt_ms / 2000, self.jitter_ms / 1000, host).start()
+
+
 @contextlib.contextmanager
-def delayed(target: tuple[str, int], rtt_ms: float, jitter_ms: float = 0.0) -> Iterator[DelayProxy]:
-    """A delay proxy in front of `target` for the block (its port: `.port`)."""
-    proxy = DelayProxy(target, rtt_ms / 2000, jitter_ms / 1000).start()
+def delayed(
+    target: tuple[str, int], rtt_ms: float, jitter_ms: float = 0.0, host: str = "127.0.0.1"
+) -> Iterator[DelayProxy]:
+    """A delay proxy in front of `target` for the block, listening on `host` (its port:
+    `.port`)."""
+    proxy = DelayProxy(target, rtt_ms / 2000, jitter_ms / 1000, host).start()
     try:
         yield proxy
     finally:
         proxy.stop()
+
+
+LOOPBACK = Link()  # no proxy, no namespace

@@ -15,13 +15,12 @@ from typing import Any, NamedTuple
 import httpx
 
 from duo.bench import llamacpp
-from duo.bench.link import DelayProxy
+from duo.bench.link import LOOPBACK, DelayProxy, Link
 from duo.bench.llamacpp import find_bin, rpc_server_bin
 from duo.bench.runners import (
     Prompt,
     Runner,
     cores_text,
-    delay,
     prompt_texts,
     quiet,
     wait_ready,
@@ -112,7 +111,7 @@ class RemoteDraft(LlamaCppRunner):
     """llama-server-rd: llama.cpp's remote drafting, the peer of lead+back across a link.
     llama-server holds the main model on the main cores; its draft model lives on a
     ggml rpc-server on the draft cores (`--spec-draft-device RPC0 -ngld 99`), reached
-    through the same delayed link as duo's backs (`link`: round trip and jitter, ms).
+    through the same link as duo's backs (`link`).
     Greedy, through llama-server's own /completion, timed by its `predicted_ms` (the
     generation after the prompt)."""
 
@@ -124,7 +123,7 @@ class RemoteDraft(LlamaCppRunner):
         prompts: list[Prompt],
         n: int,
         bin_dir: str | None,
-        link: tuple[float, float] = (0.0, 0.0),
+        link: Link = LOOPBACK,
     ) -> None:
         assert models.draft is not None
         super().__init__(mode, models, spec, prompts, n, bin_dir)
@@ -132,14 +131,14 @@ class RemoteDraft(LlamaCppRunner):
         self.devices = f"main: cores {main}; draft on an rpc-server: cores {draft} (llama.cpp)"
         rpc_port, port = free_port(), free_port()
         rpc = [
-            str(rpc_server_bin(bin_dir)), "-H", "127.0.0.1", "-p", str(rpc_port),
+            str(rpc_server_bin(bin_dir)), "-H", link.far_host, "-p", str(rpc_port),
             "-t", str(models.draft_threads),
         ]  # fmt: skip
-        self.procs = [quiet(rpc, spec.draft_cores)]
+        self.procs = [quiet(link.command(rpc), spec.draft_cores)]
         self.link: DelayProxy | None = None
         try:
-            wait_ready(lambda: _accepts(rpc_port), self.procs[0])
-            self.link = delay(rpc_port, *link)
+            wait_ready(lambda: _accepts(link.far_host, rpc_port), self.procs[0])
+            self.link = link.proxy((link.far_host, rpc_port), "127.0.0.1")
             remote = self.link.port if self.link else rpc_port
             server = [
                 str(find_bin(bin_dir, "llama-server")), "-m", str(models.main),
@@ -192,7 +191,7 @@ class RemoteDraft(LlamaCppRunner):
             self.link.stop()
 
 
-def _accepts(port: int) -> bool:
+def _accepts(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(1)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex((host, port)) == 0

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from duo.bench.link import DelayProxy
+from duo.bench.link import LOOPBACK, Link
 from duo.core.sampling import SamplingParams
 from duo.core.stats import Readiness, SourceStats, Stats
 from duo.errors import UsageError
@@ -144,7 +144,7 @@ class LeadBack(Runner):
         n: int,
         sampling: SamplingParams,
         spec_types: str,
-        link: tuple[float, float] = (0.0, 0.0),
+        link: Link = LOOPBACK,
     ) -> None:
         assert models.draft is not None
         self.mode = mode
@@ -152,9 +152,9 @@ class LeadBack(Runner):
         self.devices = _devices(spec, models) + " (2 processes)"
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        # the back reaches the lead across a delayed link, if one is asked for
-        self.link = delay(port, *link)
-        back_url = f"http://127.0.0.1:{self.link.port}" if self.link else url
+        # the back reaches the lead across the link (a proxy, a namespace), if one is asked for
+        self.link = link.proxy(("127.0.0.1", port), link.near_host)
+        back_url = f"http://{link.near_host}:{self.link.port}" if self.link else url
         pin_draft = cores_text(spec.draft_cores, "")
         back_cmd = [
             sys.executable, "-m", "duo", "back", "-m", str(models.draft), "--lead", back_url,
@@ -168,7 +168,7 @@ class LeadBack(Runner):
             back_cmd += ["--rpcd", models.rpcd]
         self.procs = [start_lead(models, spec, port, spec_types)]
         try:
-            self.procs.append(quiet(back_cmd))
+            self.procs.append(quiet(link.command(back_cmd)))
             wait_ready(
                 lambda: httpx.get(f"{url}/health", timeout=2).json()["drafters"] > 0, self.procs[1]
             )
@@ -242,13 +242,6 @@ def start_lead(
         proc.wait(timeout=30)
         raise
     return proc
-
-
-def delay(port: int, rtt_ms: float, jitter_ms: float) -> DelayProxy | None:
-    """A delayed link in front of a port on loopback, if any delay is asked for."""
-    if not rtt_ms and not jitter_ms:
-        return None
-    return DelayProxy(("127.0.0.1", port), rtt_ms / 2000, jitter_ms / 1000).start()
 
 
 def _complete(

@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from duo.bench.costs import Profiler
+from duo.bench.link import Link
 from duo.bench.llamacpp import NGRAM_TYPES, find_bin, rpc_server_bin
+from duo.bench.netns import FarHost
 from duo.bench.peers import LlamaCpp, RemoteDraft
 from duo.bench.profiles import DeviceProfile
 from duo.bench.report import ModeResult, Report
@@ -183,6 +185,7 @@ def run(
     fanouts: Sequence[int] = (0,),
     rtts: Sequence[float] = (0.0,),
     jitter_ms: float = 0.0,
+    far: FarHost | None = None,
 ) -> Report:
     """Measure `modes` on `prompts`. Interleaved (the default), every mode stays loaded and
     they take turns prompt by prompt, so a host that drifts over the run slows them all
@@ -191,7 +194,8 @@ def run(
 
     With several `fanouts`, each mode with an asynchronous model drafter runs at each
     setting, as MODE:fF (async:f0, async:f2...); with `rtts` other than (0,), each mode
-    with a back runs with the back across a link of each round-trip time, as MODE@Nms."""
+    with a back runs with the back across a link of each round-trip time, as MODE@Nms.
+    With `far`, each back and rpc-server runs in that namespace, across its veth pair."""
     modes = variants(modes, fanouts, rtts)
     all_cores = sorted(os.sched_getaffinity(0))
     report = Report(
@@ -210,6 +214,7 @@ def run(
             "fanout": list(fanouts),
             "rtt_ms": list(rtts),
             "jitter_ms": jitter_ms,
+            "link": "netns" if far else "loopback",
             "prompts": len(prompts),
             "policy": "adaptive" if spec.adaptive else "fixed",
             "order": "interleaved" if interleave else "sequential",
@@ -233,7 +238,7 @@ def run(
         log(f"{label}: loading")
         mode, fanout, rtt = parse_variant(label)
         spec = replace(base, fanout=fanouts[0] if fanout is None else fanout)
-        link = (rtts[0] if rtt is None else rtt, jitter_ms)  # a back's (or a draft's) link
+        link = Link(rtts[0] if rtt is None else rtt, jitter_ms, far)  # a back's (a draft's)
         every_core = replace(target, threads=len(all_cores))
         if mode == "target-1":
             cfg = replace(spec, mode="target", draft_cores=None)

@@ -11,7 +11,8 @@ from typing import Any
 
 import httpx
 
-from duo.bench.runners import Prompt, Runner, _devices, delay, prompt_tokens, start_lead
+from duo.bench.link import LOOPBACK, Link
+from duo.bench.runners import Prompt, Runner, _devices, prompt_tokens, start_lead
 from duo.core.sampling import SamplingParams
 from duo.core.stats import Stats
 from duo.drafting.client import VerifierClient, drafted
@@ -31,7 +32,7 @@ class LeadClient(Runner):
         prompts: list[Prompt],
         n: int,
         sampling: SamplingParams,
-        link: tuple[float, float] = (0.0, 0.0),
+        link: Link = LOOPBACK,
     ) -> None:
         assert models.draft is not None
         self.mode, self.n, self.k = mode, n, spec.draft_max
@@ -46,7 +47,8 @@ class LeadClient(Runner):
         }
         port = free_port()
         self.lead = start_lead(models, spec, port, "none")
-        self.link = delay(port, *link)
+        # the client drafts in this process, so its link stays on loopback, delayed
+        self.link = Link(link.rtt_ms, link.jitter_ms).proxy(("127.0.0.1", port), "127.0.0.1")
         self.model: Model | None = None
         try:
             self.model = Model(

@@ -351,12 +351,26 @@ def round_trips(text: str) -> list[float]:
     return _numbers(text, float, "milliseconds like 0,20", 0.0, 10_000.0, bounds)
 
 
-def milliseconds(text: str) -> float:
-    bounds = "a delay is between 0 and 10000 ms"
-    values = _numbers(text, float, "milliseconds like 5", 0.0, 10_000.0, bounds)
+def _one(text: str, unit: str, example: str, high: float, bounds: str) -> float:
+    values = _numbers(text, float, f"{unit} like {example}", 0.0, high, bounds)
     if len(values) != 1:
-        raise argparse.ArgumentTypeError(f"expected one number of milliseconds, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected one number of {unit}, got {text!r}")
     return values[0]
+
+
+def milliseconds(text: str) -> float:
+    return _one(text, "milliseconds", "5", 10_000.0, "a delay is between 0 and 10000 ms")
+
+
+def megabits(text: str) -> float:
+    rate = _one(text, "Mbit/s", "100", 100_000.0, "a rate is between 0 and 100000 Mbit/s")
+    if rate <= 0:
+        raise argparse.ArgumentTypeError("a rate is above 0 Mbit/s")
+    return rate
+
+
+def percent(text: str) -> float:
+    return _one(text, "percent", "1", 100.0, "a loss is between 0 and 100%")
 
 
 def client_counts(text: str) -> list[int]:

@@ -4,13 +4,16 @@ concurrent clients against servers (duo.bench.clients)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
 
+from duo.bench import netns
 from duo.bench.clients import SERVERS
+from duo.bench.netns import FarHost
 from duo.bench.runners import Prompt
 from duo.bench.suite import MODES as BENCH_MODES
 from duo.bench.suite import PEER_MODES
@@ -21,8 +24,10 @@ from duo.cli.args import (
     add_sampling_args,
     client_counts,
     fanouts,
+    megabits,
     milliseconds,
     model_config,
+    percent,
     positive,
     round_trips,
     rpc_placement,
@@ -78,6 +83,23 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=0.0,
         metavar="MS",
         help="with --rtt: each way's delay varies by up to this much (never reordering)",
+    )
+    g.add_argument(
+        "--link",
+        choices=("auto", "netns", "loopback"),
+        default="auto",
+        help="netns: each back and rpc-server runs in a network namespace of its own, across "
+        "a veth pair (needs root and iproute2); loopback: on this host's loopback; auto: "
+        "netns where it can be made, with --rtt/--rate/--loss",
+    )
+    g.add_argument(
+        "--rate", type=megabits, metavar="MBIT", help="limit the link to this rate each way"
+    )
+    g.add_argument(
+        "--loss",
+        type=percent,
+        metavar="PCT",
+        help="drop this share of the link's packets each way (needs the kernel's netem)",
     )
     g.add_argument("--policy", choices=("adaptive", "fixed"), default="adaptive")
     g.add_argument(
@@ -160,21 +182,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
         args.llama_cpp_bin or shutil.which("llama-speculative-simple")
     ):
         modes += PEER_MODES  # the peer to beat, where its binaries are at hand
-    report = bench.run(
-        models,
-        spec,
-        modes,
-        prompts,
-        args.n_predict,
-        args.repeat,
-        sampling=sampling_params(args),
-        llama_cpp_bin=args.llama_cpp_bin,
-        interleave=_interleave(args.order, models),
-        fanouts=args.fanout,
-        rtts=args.rtt,
-        jitter_ms=args.jitter,
-        log=lambda msg: print(f"\r\x1b[K{msg}", end="", file=sys.stderr, flush=True),
-    )
+    with contextlib.ExitStack() as stack:
+        far = _far_side(args, stack)
+        report = bench.run(
+            models,
+            spec,
+            modes,
+            prompts,
+            args.n_predict,
+            args.repeat,
+            sampling=sampling_params(args),
+            llama_cpp_bin=args.llama_cpp_bin,
+            interleave=_interleave(args.order, models),
+            fanouts=args.fanout,
+            rtts=args.rtt,
+            jitter_ms=args.jitter,
+            far=far,
+            log=lambda msg: print(f"\r\x1b[K{msg}", end="", file=sys.stderr, flush=True),
+        )
     print(file=sys.stderr)
     print(report.table())
     if args.json:
@@ -186,6 +211,27 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         plot(report, Path(args.plot))
     return 0
+
+
+def _far_side(args: argparse.Namespace, stack: contextlib.ExitStack) -> FarHost | None:
+    """The namespace the backs and rpc-servers run in, for the bench's run; None: loopback."""
+    shaped = args.rate is not None or args.loss is not None
+    if args.link == "loopback":
+        if shaped:
+            raise UsageError("--rate and --loss shape a namespace's link, not --link loopback")
+        return None
+    if args.link == "auto" and args.rtt == [0.0] and not shaped:
+        return None
+    why = netns.unavailable()
+    if why and args.link == "auto" and not shaped:
+        print(f"duo bench: {why}, so the link runs on loopback", file=sys.stderr)
+        return None
+    try:
+        if why:
+            raise netns.NamespaceError(why)
+        return stack.enter_context(netns.far_host(args.rate, args.loss))
+    except netns.NamespaceError as e:
+        raise UsageError(f"--link netns: {e}") from None
 
 
 def _bench_clients(
