@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from duo.cli.hub import add_hub_args
 from duo.cli.progress import Spinner
 from duo.core.sampling import SamplingParams
 from duo.errors import UsageError
@@ -59,6 +60,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("-m", "--model", help="main model GGUF (default: the default pair's main)")
     g.add_argument("-md", "--model-draft", help="draft model GGUF (default: the pair's draft)")
     g.add_argument("--pair", help=f"a named default pair: {', '.join(PAIRS)} (default smollm2)")
+    add_hub_args(g, draft=True)
     g.add_argument("-t", "--threads", type=positive, default=1, help="main model threads")
     g.add_argument("-td", "--threads-draft", type=positive, default=1, help="draft threads")
     g.add_argument(

@@ -23,6 +23,7 @@ from duo import auth
 from duo.cli import auth_args
 from duo.cli.args import non_negative, positive, read_prompt
 from duo.cli.chat import TIMEOUT, http_url
+from duo.cli.hub import add_hub_args
 from duo.core.stats import Stats
 from duo.drafting.client import VerifierClient, drafted
 from duo.errors import UsageError
@@ -78,6 +79,7 @@ def add_draft_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--server", type=http_url, default="http://127.0.0.1:5555", help="the lead's URL"
     )
     p.add_argument("-m", "--model", help="draft model GGUF (default: the default pair's draft)")
+    add_hub_args(p, draft=False, model="draft model")
     p.add_argument("--pair", help="take the draft model of this named pair")
     p.add_argument("-p", "--prompt", help="prompt text")
     p.add_argument("-f", "--file", help="read the prompt from a file")

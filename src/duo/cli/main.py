@@ -25,6 +25,7 @@ from duo.cli.args import (
 from duo.cli.bench import add_bench_parser
 from duo.cli.chat import add_chat_parser
 from duo.cli.draft import add_draft_parser
+from duo.cli.hub import hub_models
 from duo.cli.load import OtherLoad, busy_note
 from duo.cli.parser import Parser, env_defaults, usage_error
 from duo.cli.progress import Spinner
@@ -153,7 +154,23 @@ def cmd_models(args: argparse.Namespace) -> int:
                     else ", ".join(["ready", *([kind] if kind else [])])
                 )
             print(f"  {which:5} {path}  [{state}]")
+    if args.action == "list":
+        _list_hub_models()
     return status
+
+
+def _list_hub_models() -> None:
+    """The GGUF files -hf has put in huggingface_hub's cache."""
+    from duo.llama.hub import cached_repos
+
+    repos = cached_repos()
+    if repos:
+        print("from the Hugging Face Hub (-hf REPO[:QUANT])")
+    for repo in repos:
+        print(f"{repo.repo}  ({repo.size / 1e6:.0f} MB)")
+        for name, path in repo.paths.items():
+            if name.lower().endswith(".gguf"):
+                print(f"  {name}  {path}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -227,6 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
+        hub_models(args)
         code: int = args.func(args)
         return code
     except DuoError as e:

@@ -30,6 +30,7 @@ from duo.cli.args import (
     spec_config,
 )
 from duo.cli.console import Console
+from duo.cli.hub import add_hub_args
 from duo.cli.progress import Spinner
 from duo.errors import CertificateError, Refused, UsageError, exit_code
 from duo.lead.engine.lead import LeadConfig
@@ -102,6 +103,7 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def add_back_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     back = sub.add_parser("back", help="run a drafter for a lead (on a spare device or machine)")
     back.add_argument("-m", "--model", help="draft model GGUF (default: the default pair's draft)")
+    add_hub_args(back, draft=False, model="draft model")
     back.add_argument("--pair", help="take the draft model of this named pair")
     back.add_argument(
         "--lead", default="http://127.0.0.1:5555", help="the lead's URL (default %(default)s)"
