@@ -34,6 +34,7 @@ from duo.cli.hub import add_hub_args
 from duo.cli.progress import Spinner
 from duo.errors import CertificateError, Refused, UsageError, exit_code
 from duo.lead.engine.lead import LeadConfig
+from duo.lead.openai.reasoning import FORMATS
 from duo.llama.rpc import check_endpoints, device_list, setup_rpc
 from duo.net import check_port, free_port, is_loopback
 from duo.session.config import ModelConfig, parse_pin
@@ -96,6 +97,13 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="NAME",
         help="the model's name in the API: /v1/models and every answer's `model` "
         "(default: its file's name)",
+    )
+    g.add_argument(
+        "--reasoning-format",
+        choices=FORMATS,
+        default="auto",
+        help="a reasoning model's <think> text: deepseek (auto, the default) puts it in "
+        "reasoning_content; deepseek-legacy there and in content; none leaves it in content",
     )
     lead.set_defaults(func=cmd_lead)
 
@@ -178,6 +186,7 @@ def cmd_lead(args: argparse.Namespace) -> int:
         cors_origins=args.cors_origins,
         parallel=args.parallel,
         alias=args.alias,
+        reasoning_format=args.reasoning_format,
     )
     if not is_loopback(args.host) and not keys.api:
         print(

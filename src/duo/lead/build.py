@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from starlette.applications import Starlette
 
@@ -14,6 +15,7 @@ from duo.core.text import Chunk
 from duo.lead.engine.lead import Lead, LeadConfig
 from duo.lead.engine.metrics import Metrics
 from duo.lead.openai.api import Api
+from duo.lead.openai.reasoning import Format
 from duo.lead.web.feed import Feed
 from duo.lead.web.page import Web
 from duo.mailbox import Mailboxes
@@ -61,6 +63,7 @@ def build_lead(
     feed = Feed(backs, lead.health, lambda: metrics.total.by_source, lambda: metrics.requests)
     metrics.listeners.append(feed.finished)
     web = Web(feed, keys.allows_api)
-    api = Api(lead, metrics, drafters, keys.allows_api, config.max_body)
+    reasoning = cast(Format, config.reasoning_format)
+    api = Api(lead, metrics, drafters, keys.allows_api, config.max_body, reasoning)
     app = api.app(web.routes(), cors_origins=config.cors_origins)
     return LeadService(lead, app, feed)

@@ -47,6 +47,8 @@ class LeadConfig:
     # browser; none by default
     cors_origins: tuple[str, ...] = ()
     alias: str | None = None  # --alias: the model's name in the API (default: its file's)
+    # --reasoning-format: how a reasoning model's thoughts are given (duo.lead.openai.reasoning)
+    reasoning_format: str = "auto"
 
 
 @dataclass(frozen=True)

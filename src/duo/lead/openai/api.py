@@ -55,6 +55,7 @@ from duo.lead.openai.format import duo_error_response, error_response
 from duo.lead.openai.logprobs import CompletionLogprobs, chat_logprobs
 from duo.lead.openai.openapi import openapi_schema
 from duo.lead.openai.prompts import Prompts
+from duo.lead.openai.reasoning import Format, opened_by
 from duo.lead.openai.replies import ChatReply, CompletionReply
 from duo.lead.openai.requests import CompletionRequest, DetokenizeRequest, TokenizeRequest
 from duo.lead.openai.responses import Model, Models
@@ -95,6 +96,7 @@ class Api:
         drafters: DrafterEndpoint,
         authorize: Callable[[str | None], bool],
         max_body: int,
+        reasoning_format: Format = "auto",
     ) -> None:
         self.lead = lead
         self.info = lead.info
@@ -102,6 +104,7 @@ class Api:
         self.drafters = drafters
         self.authorize = authorize
         self.max_body = max_body
+        self.reasoning_format = reasoning_format
         self.prompts = Prompts(lead)
         self.extensions = Extensions(lead, self.prompts)
         self.verifier = Verifier(lead, self.prompts)
@@ -268,5 +271,8 @@ class Api:
         }
         wanted = sampling.logprobs is not None
         shape = (lambda e: chat_logprobs(e, self.lead.piece)) if wanted else None
-        replies = [ChatReply(i, tools, shape) for i in range(output.n)]
+        reasoning = body.reasoning_format or self.reasoning_format
+        reasoning = "deepseek" if reasoning == "auto" else reasoning
+        opened = opened_by(text)
+        replies = [ChatReply(i, tools, shape, reasoning, opened) for i in range(output.n)]
         return await respond(self.lead, request, jobs, meta, replies, output)

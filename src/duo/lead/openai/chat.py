@@ -54,6 +54,9 @@ class Message(Fields, kw_only=True):
     tool_calls: Annotated[
         list[ToolCall] | None, Meta(description="an assistant turn's calls to tools")
     ] = None
+    reasoning_content: Annotated[
+        str | None, Meta(description="an assistant turn's thoughts, shown to the template")
+    ] = None
 
     def check(self, i: int) -> None:
         if self.content is None and not self.tool_calls:
@@ -76,6 +79,8 @@ class Message(Fields, kw_only=True):
             message["tool_call_id"] = self.tool_call_id
         if self.name is not None:
             message["name"] = self.name
+        if self.reasoning_content is not None:
+            message["reasoning_content"] = self.reasoning_content
         return message
 
 
@@ -125,6 +130,11 @@ class ChatRequest(Sampling, kw_only=True):
     top_logprobs: Annotated[
         Annotated[int, Meta(ge=0, le=MAX_TOP_LOGPROBS)] | None,
         Meta(description="with logprobs: this many alternatives for each token"),
+    ] = None
+
+    reasoning_format: Annotated[
+        Literal["auto", "deepseek", "deepseek-legacy", "none"] | None,
+        Meta(description="how a reasoning model's thoughts are given (default: the lead's)"),
     ] = None
 
     def __post_init__(self) -> None:

@@ -4,7 +4,8 @@ A `Reply` turns the text of choice `index` into the `choices[]` entries of a res
 whole choice (`whole`), or stream pieces as the text arrives (`start`, `text`, `end`; each
 returns the entries to send, one chunk each; the last entry of `end` carries the
 finish_reason). `CompletionReply` shapes /v1/completions, `ChatReply` /v1/chat/completions,
-with tool calls parsed out of the text when the request offers tools. With `logprobs`
+with a reasoning model's thoughts apart from its answer (duo.lead.openai.reasoning) and
+tool calls parsed out of the answer when the request offers tools. With `logprobs`
 asked for, `shape` turns the logprob entries of the tokens that spelled a piece of text
 into the entry's `logprobs` field.
 """
@@ -15,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from duo.core.logprobs import TokenLogprob
+from duo.lead.openai.reasoning import Format, Thoughts, split
 from duo.lead.openai.responses import (
     AssistantMessage,
     CalledFunction,
@@ -75,10 +77,21 @@ class CompletionReply:
 
 
 class ChatReply:
-    def __init__(self, index: int, tools: Tools | None = None, shape: Shape | None = None) -> None:
+    def __init__(
+        self,
+        index: int,
+        tools: Tools | None = None,
+        shape: Shape | None = None,
+        reasoning: Format = "none",
+        opened: bool = False,
+    ) -> None:
+        """`reasoning`: how thoughts are given (duo.lead.openai.reasoning); `opened`: the
+        prompt opened them, so the reply starts inside."""
         self.index = index
         self.tools = tools
         self.shape = shape
+        self.reasoning, self.opened = reasoning, opened
+        self.thoughts = Thoughts(opened) if reasoning != "none" else None
         self.stream = ToolCallStream(tools.names) if tools is not None else None
         self._held: list[TokenLogprob] = []  # entries of text a tool call may hold back
 
@@ -91,17 +104,31 @@ class ChatReply:
         self._held = []
         return entry
 
+    def _pieces(self, thoughts: str, answer: str, raw: str) -> list[ChunkChoice]:
+        """The deltas of some thoughts and answer (`raw`: the text they came from)."""
+        if self.reasoning == "deepseek-legacy":
+            answer = raw
+        out = [self._entry({"reasoning_content": thoughts})] if thoughts else []
+        if self.stream is not None:
+            answer = self.stream.feed(answer)
+        if answer:
+            out.append(self._entry({"content": answer}))
+        return out
+
     def start(self) -> list[ChunkChoice]:
         return [self._entry({"role": "assistant", "content": ""})]
 
     def text(self, text: str, logprobs: Sequence[TokenLogprob] = NO_LOGPROBS) -> list[ChunkChoice]:
         self._held.extend(logprobs)
-        if self.stream is not None:
-            text = self.stream.feed(text)
-        return [self._with_held(self._entry({"content": text}))] if text else []
+        thoughts, answer = self.thoughts.feed(text) if self.thoughts else ("", text)
+        out = self._pieces(thoughts, answer, text)
+        if out:
+            out[0] = self._with_held(out[0])
+        return out
 
     def end(self, finish: str) -> list[ChunkChoice]:
-        out: list[ChunkChoice] = []
+        thoughts, answer = self.thoughts.finish() if self.thoughts else ("", "")
+        out = self._pieces(thoughts, answer, "")
         if self.stream is not None:
             rest, calls = self.stream.finish()
             if rest:
@@ -116,9 +143,14 @@ class ChatReply:
     def whole(
         self, text: str, finish: str, logprobs: Sequence[TokenLogprob] = NO_LOGPROBS
     ) -> ChatChoice:
-        message: AssistantMessage = {"role": "assistant", "content": text}
+        thoughts, answer = split(text, self.opened) if self.thoughts else (None, text)
+        if self.reasoning == "deepseek-legacy":
+            answer = text
+        message: AssistantMessage = {"role": "assistant", "content": answer}
+        if thoughts is not None:
+            message["reasoning_content"] = thoughts
         if self.tools is not None:
-            content, calls = parse_tool_calls(text, self.tools.names)
+            content, calls = parse_tool_calls(answer, self.tools.names)
             message["content"] = content
             if calls:
                 message["tool_calls"] = [_called(c) for c in calls]

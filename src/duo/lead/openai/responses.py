@@ -161,6 +161,9 @@ class CalledToolDelta(CalledTool):
 class AssistantMessage(TypedDict):
     role: Literal["assistant"]
     content: Annotated[str | None, Meta(description="null when tool calls are all there is")]
+    reasoning_content: NotRequired[
+        Annotated[str, Meta(description="a reasoning model's thoughts (--reasoning-format)")]
+    ]
     tool_calls: NotRequired[list[CalledTool]]
 
 
@@ -180,6 +183,7 @@ class ChatCompletion(Envelope):
 class Delta(TypedDict, total=False):
     role: Literal["assistant"]
     content: str
+    reasoning_content: str
     tool_calls: list[CalledToolDelta]
 
 
