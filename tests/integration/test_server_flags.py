@@ -14,7 +14,8 @@ pytestmark = pytest.mark.integration
 def test_llama_server_flags(cluster: Cluster) -> None:
     _, url = cluster.lead(
         "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0", "--alias", "m", "--cors-origins", "*",
-        "-c", "0", "--no-mmap", "--quiet",
+        "-c", "0", "--no-mmap", "--quiet", "-sm", "row", "-ts", "3/1", "-mg", "0",
+        "--reasoning-format", "none",
     )  # fmt: skip
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=120)
     assert [m.id for m in client.models.list().data] == ["m"]

@@ -11,7 +11,7 @@ from duo.cli.hub import add_hub_args
 from duo.cli.progress import Spinner
 from duo.core.sampling import SamplingParams
 from duo.errors import UsageError
-from duo.llama.backend import CACHE_TYPES
+from duo.llama.backend import CACHE_TYPES, MAX_DEVICES, SPLIT_MODES, Split
 from duo.llama.models import PAIRS
 from duo.llama.rpc import ALL_LAYERS, Placement, setup_rpc
 from duo.llama.vocab import check_chat_template
@@ -93,6 +93,24 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         "-ctv", "--cache-type-v", choices=list(CACHE_TYPES), default="f16", help="V cache type"
     )
     g.add_argument("--no-mmap", action="store_true", help="read the models into memory")
+    g.add_argument(
+        "-sm",
+        "--split-mode",
+        choices=list(SPLIT_MODES),
+        default="layer",
+        help="the main model over several GPUs: by layer (default), by row, or none (one GPU)",
+    )
+    g.add_argument(
+        "-ts",
+        "--tensor-split",
+        type=proportions,
+        metavar="N0,N1,...",
+        help="the share of the main model on each GPU, e.g. 3,1 (default: by free memory)",
+    )
+    g.add_argument(
+        "-mg", "--main-gpu", type=non_negative, default=0, metavar="INDEX",
+        help="the GPU for -sm none, and for intermediate results with -sm row (default 0)",
+    )  # fmt: skip
     g.add_argument(
         "--chat-template-file",
         metavar="PATH",
@@ -244,6 +262,7 @@ def model_config(
         flash_attn=args.flash_attn,
         cache_types=(args.cache_type_k, args.cache_type_v),
         mmap=not args.no_mmap,
+        split=Split(args.split_mode, args.tensor_split or (), args.main_gpu),
         chat_template=read_template(args.chat_template_file),
     )
 
@@ -373,6 +392,19 @@ def megabits(text: str) -> float:
 
 def percent(text: str) -> float:
     return _one(text, "percent", "1", 100.0, "a loss is between 0 and 100%")
+
+
+def proportions(text: str) -> tuple[float, ...]:
+    """-ts: shares per GPU, separated by commas or slashes (llama-server takes both)."""
+    try:
+        shares = tuple(float(v) for v in text.replace("/", ",").split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected shares like 3,1, got {text!r}") from None
+    if not all(0 <= v < float("inf") for v in shares) or not any(shares):
+        raise argparse.ArgumentTypeError("shares are numbers of 0 or more, not all 0")
+    if len(shares) > MAX_DEVICES:
+        raise argparse.ArgumentTypeError(f"at most {MAX_DEVICES} shares (llama.cpp's devices)")
+    return shares
 
 
 def client_counts(text: str) -> list[int]:

@@ -21,6 +21,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,24 @@ CACHE_TYPES = {
     "f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2, "q4_1": 3, "iq4_nl": 20, "q5_0": 6,
     "q5_1": 7,
 }  # fmt: skip
+# -sm: how a model's layers are split over several GPUs (enum llama_split_mode)
+SPLIT_MODES = {"none": 0, "layer": 1, "row": 2}
+MAX_DEVICES = 16  # llama_max_devices(): -ts takes no more shares than this
+
+
+@dataclass(frozen=True)
+class Split:
+    """How a model spreads over several GPUs, as llama-server's -sm, -ts and -mg say:
+    by layer or by row, in these proportions (() : by free memory), the main GPU's index
+    (the one GPU with -sm none)."""
+
+    mode: str = "layer"
+    tensor: tuple[float, ...] = ()
+    main_gpu: int = 0
+
+
+LAYER_SPLIT = Split()  # llama.cpp's default
+
 _init_lock = threading.Lock()
 _initialised = False
 _log_callback: Any = None  # kept alive for as long as llama.cpp may call it
@@ -100,6 +119,7 @@ class Model:
         flash_attn: str = "auto",
         cache_types: tuple[str, str] = ("f16", "f16"),
         mmap: bool = True,
+        split: Split = Split(),
         n_batch: int = 512,
         n_seq: int = 1,
         forks: int = 0,
@@ -115,6 +135,11 @@ class Model:
         if devices is not None:  # where its offloaded layers may go (rpc.device_list)
             mparams.devices = ctypes.cast(devices, ctypes.c_void_p)
         mparams.use_mmap = mmap
+        mparams.split_mode = SPLIT_MODES[split.mode]
+        mparams.main_gpu = split.main_gpu
+        proportions = (ctypes.c_float * lib.llama_max_devices())(*split.tensor[:MAX_DEVICES])
+        if split.tensor:
+            mparams.tensor_split = proportions  # read while the model loads
         self._model = lib.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
             raise ModelError(f"llama.cpp could not load {self.path} (corrupt or unsupported GGUF)")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from duo.errors import UsageError
+from duo.llama.backend import LAYER_SPLIT, Split
 from duo.llama.models import DEFAULT_PAIR, Step, get_pair, prepare
 
 Mode = Literal["target", "sync", "async"]
@@ -68,6 +69,7 @@ class ModelConfig:
     flash_attn: str = "auto"  # -fa: on, off or auto (llama.cpp's choice), for the main model
     cache_types: tuple[str, str] = ("f16", "f16")  # -ctk, -ctv: the main model's KV cache
     mmap: bool = True  # --no-mmap: read the model files into memory instead
+    split: Split = LAYER_SPLIT  # -sm, -ts, -mg: the main model over several GPUs
     chat_template: str | None = None  # --chat-template-file: in place of the GGUF's template
 
 

@@ -79,6 +79,7 @@ class Session:
             flash_attn=models.flash_attn,
             cache_types=models.cache_types,
             mmap=models.mmap,
+            split=models.split,
             n_seq=slots,
             deterministic=spec.deterministic,
         )
