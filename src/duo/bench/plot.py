@@ -1,10 +1,14 @@
-"""The benchmark report as a picture: tok/s per mode (with spread), acceptance by position."""
+"""The benchmark report as a picture: tok/s per mode (with spread), and acceptance by
+draft position; or, for a run across links of several round trips (--rtt), tok/s against
+the round trip, one line per mode."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from duo.bench.report import Report
+from duo.bench.variants import parse_variant
 from duo.errors import UsageError
 
 
@@ -45,7 +49,47 @@ def plot(report: Report, out: Path) -> None:
     speed.set_ylim(0, top * 1.25)  # headroom for the labels and the legend
     speed.set_ylabel("decode tokens / s (median, min-max)")
     speed.set_title("speed by mode")
+    speed.tick_params(axis="x", labelrotation=30)
+    for label in speed.get_xticklabels():
+        label.set_horizontalalignment("right")
 
+    if len({m.rtt_ms for m in report.modes if m.rtt_ms is not None}) > 1:
+        _by_round_trip(accept, report)
+    else:
+        _by_position(accept, report)
+    fig.suptitle(
+        f"{Path(report.settings['main']).name} + {Path(str(report.settings['draft'])).name}"
+        f", {report.settings['n']} tokens x {report.settings['prompts']} prompts",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def _by_round_trip(ax: Any, report: Report) -> None:
+    """tok/s against the link's round trip, a line per mode across the link; the modes
+    that cross no link as level lines."""
+    lines: dict[str, list[tuple[float, float]]] = {}
+    for m in report.modes:
+        if m.rtt_ms is None:
+            ax.axhline(m.tokens_per_second, ls=":", color="#8c8c8c")
+            ax.annotate(m.mode, (0, m.tokens_per_second), xytext=(2, 2),
+                        textcoords="offset points", fontsize=8, color="#555555")  # fmt: skip
+        else:
+            lines.setdefault(parse_variant(m.mode)[0], []).append((m.rtt_ms, m.tokens_per_second))
+    for mode, points in lines.items():
+        xs, ys = zip(*sorted(points), strict=True)
+        ax.plot(xs, ys, marker="o", label=mode)
+    jitter = report.settings.get("jitter_ms") or 0
+    ax.set_xlabel(f"round trip, ms (jitter ±{jitter:g} ms each way)")
+    ax.set_ylabel("decode tokens / s")
+    ax.set_ylim(0, None)
+    ax.set_title(f"across a link ({report.settings.get('link', 'loopback')})")
+    ax.legend()
+
+
+def _by_position(accept: Any, report: Report) -> None:
     for m in report.modes:
         if m.accepted_at:
             positions = range(1, len(m.accepted_at) + 1)
@@ -56,11 +100,3 @@ def plot(report: Report, out: Path) -> None:
     accept.set_title("acceptance by draft position")
     if accept.lines:
         accept.legend()
-    fig.suptitle(
-        f"{Path(report.settings['main']).name} + {Path(str(report.settings['draft'])).name}"
-        f", {report.settings['n']} tokens x {report.settings['prompts']} prompts",
-        fontsize=10,
-    )
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
