@@ -9,13 +9,21 @@ from pathlib import Path
 import pytest
 
 from duo.bench.profiles import SEEDS, DeviceProfile, bench_profile
-from duo.bench.projections import project_bench, project_seeds, seeds_table
+from duo.bench.projections import (
+    LINKS,
+    project_bench,
+    project_seed_links,
+    project_seeds,
+    remote_draft_projections,
+    seeds_table,
+)
 from duo.bench.sim import (
     DRAFTER,
     RIGHT,
     WRONG,
     Drafter,
     proposals,
+    remote_draft_ms_per_token,
     simulate,
     simulate_async,
     simulate_sync,
@@ -414,3 +422,38 @@ def test_each_lead_back_run_across_a_link_is_projected_with_that_link() -> None:
     assert links[0].projected >= links[1].projected >= links[2].projected > 0
     assert links[0].projected > links[2].projected  # 50 ms of round trip costs something
     assert "lead+back:f2@20ms" not in projections  # fan-out is not simulated
+
+
+# -- links: llama.cpp's remote drafting, and the seeds' devices on two hosts ---------------
+
+
+def test_remote_draft_cost_by_hand() -> None:
+    """A round of 4 tokens with 7 draft tokens crosses the link 8 times: 20 ms more round
+    trip costs 20 * 8 / 4 = 40 ms more per token."""
+    assert remote_draft_ms_per_token(100.0, 4.0, 7.0, 20.0) == pytest.approx(140.0)
+    assert remote_draft_ms_per_token(100.0, 4.0, 7.0, 0.0) == 100.0
+
+
+def test_remote_draft_runs_projected_from_the_shortest_link() -> None:
+    def run(rtt: int, speed: float) -> dict[str, object]:
+        return {
+            "mode": f"llama-server-rd@{rtt}ms",
+            "tokens_per_second": speed,
+            "mean_acceptance_length": 4.0,  # 3 accepted + 1 a round
+            "acceptance_rate": 0.5,  # of 6 drafted
+        }
+
+    report = {"modes": [run(10, 8.0), run(0, 10.0)]}
+    (row,) = remote_draft_projections(report)
+    assert row.mode == "llama-server-rd@10ms"
+    assert row.projected == pytest.approx(1000 / (100 + 10 * 7 / 4))
+    assert row.measured == 8.0
+
+
+def test_seed_links_never_gain_from_a_longer_link() -> None:
+    rows = project_seed_links(trace(5), k=8, max_ahead=12, policy="fixed")
+    assert [r[0] for r in rows] == list(SEEDS)
+    for _, _, target, speeds in rows:
+        assert len(speeds) == len(LINKS)
+        assert all(v > target for v in speeds), "a back on its own host beats the main model"
+        assert speeds[-1] <= speeds[0] * 1.02  # a far link never helps (within the replay's grain)

@@ -12,6 +12,7 @@ from typing import Any
 from duo.bench.profiles import SEEDS, DeviceProfile, SeedSetup
 from duo.bench.sim import (
     SIM_MODES,
+    remote_draft_ms_per_token,
     simulate,
     simulate_clients,
     simulate_free,
@@ -19,7 +20,7 @@ from duo.bench.sim import (
     simulate_target,
 )
 from duo.bench.trace import Trace
-from duo.bench.variants import parse_variant
+from duo.bench.variants import REMOTE_DRAFT, parse_variant
 from duo.errors import UsageError
 
 # -- projections -----------------------------------------------------------------------
@@ -85,7 +86,33 @@ def project_bench(
         far = replace(profile, network_latency_ms=profile.network_latency_ms + rtt / 2)
         result = simulate("lead+back", trace, far, k=k, max_ahead=max_ahead, policy=policy)
         out.append(Projection(label, result.tokens_per_second, measured_speed))
+    out += remote_draft_projections(report)
     return out
+
+
+def remote_draft_projections(report: Mapping[str, Any]) -> list[Projection]:
+    """Each llama-server-rd run across a longer link, projected from the run at the
+    shortest one (its own speed and rounds) by `remote_draft_ms_per_token`."""
+    runs = []
+    for m in report.get("modes", []):
+        mode, _, rtt = parse_variant(str(m.get("mode", "")))
+        if mode == REMOTE_DRAFT and rtt is not None and m["tokens_per_second"] > 0:
+            runs.append((rtt, m))
+    if len(runs) < 2:
+        return []
+    runs.sort(key=lambda r: r[0])
+    base_rtt, base = runs[0]
+    per_round = float(base["mean_acceptance_length"])  # tokens a round: accepted + 1
+    drafted = (per_round - 1) / base["acceptance_rate"] if base["acceptance_rate"] else 0.0
+    base_ms = 1000 / float(base["tokens_per_second"])
+    return [
+        Projection(
+            str(m["mode"]),
+            1000 / remote_draft_ms_per_token(base_ms, per_round, drafted, rtt - base_rtt),
+            float(m["tokens_per_second"]),
+        )
+        for rtt, m in runs[1:]
+    ]
 
 
 def link_runs(report: Mapping[str, Any]) -> list[tuple[str, float, float]]:
@@ -143,6 +170,43 @@ def project_seeds(
             )
         )
     return out
+
+
+# Links between a lead and a back on another host: (name, round trip ms, bytes/s)
+LINKS = (("1 GbE", 0.2, 125e6), ("Wi-Fi", 5.0, 30e6), ("WAN", 50.0, 12.5e6))
+
+
+def project_seed_links(
+    trace: Trace, *, k: int, max_ahead: int, policy: str
+) -> list[tuple[SeedSetup, int, float, list[float]]]:
+    """Each seed's devices as a lead and a back on two hosts (no contention between the
+    models), across each of LINKS: (setup, k, the main model alone, lead+back per link)."""
+    out = []
+    for seed in SEEDS:
+        seed_k = min(seed.k or k, trace.k)
+        apart = replace(seed.profile, main_concurrent_slowdown=1.0, draft_concurrent_slowdown=1.0)
+        speeds = [
+            simulate(
+                "lead+back",
+                trace,
+                replace(apart, network_latency_ms=rtt / 2, network_bytes_per_s=rate),
+                k=seed_k,
+                max_ahead=max_ahead,
+                policy=policy,
+            ).tokens_per_second
+            for _, rtt, rate in LINKS
+        ]
+        out.append((seed, seed_k, simulate_target(trace, apart).tokens_per_second, speeds))
+    return out
+
+
+def seed_links_table(rows: list[tuple[SeedSetup, int, float, list[float]]]) -> str:
+    head = " | ".join(f"{name} ({rtt:g} ms)" for name, rtt, _ in LINKS)
+    lines = [f"| setup | k | target (sim) | {head} |", "|---|---|---|" + "---|" * len(LINKS)]
+    for seed, k, target, speeds in rows:
+        cells = " | ".join(f"{v:.2f}" for v in speeds)
+        lines.append(f"| {seed.profile.name} | {k} | {target:.2f} | {cells} |")
+    return "\n".join(lines)
 
 
 def bench_table(rows: list[Projection]) -> str:

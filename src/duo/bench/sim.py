@@ -143,6 +143,17 @@ def simulate_sync(trace: Trace, profile: DeviceProfile, k: int) -> SimResult:
     return result
 
 
+def remote_draft_ms_per_token(
+    base_ms: float, tokens_per_round: float, drafted_per_round: float, extra_rtt_ms: float
+) -> float:
+    """llama.cpp's remote drafting (llama-server with its draft model on an rpc-server)
+    across a link `extra_rtt_ms` longer than the one its `base_ms` per token was measured
+    on: each draft token is a graph the rpc-server computes, one round trip, and each round
+    costs one more; none of it overlaps the main model. Fitted to `duo bench --rtt`'s
+    llama-server-rd runs (see the README), not derived from llama.cpp's sources."""
+    return base_ms + extra_rtt_ms * (drafted_per_round + 1) / tokens_per_round
+
+
 class Drafter:
     """The async drafter as a sequence of steps on its own device.
 

@@ -11,12 +11,15 @@ from typing import Any
 
 from duo.bench.profiles import SEEDS, DeviceProfile, bench_profile, seed_profile
 from duo.bench.projections import (
+    LINKS,
     bench_table,
     bench_trace,
     clients_table,
     free_rounds,
     project_bench,
+    project_seed_links,
     project_seeds,
+    seed_links_table,
     seeds_table,
 )
 from duo.bench.trace import check_k
@@ -83,6 +86,14 @@ def cmd_sim(args: argparse.Namespace) -> int:
             trace, k=k, max_ahead=max_ahead, policy=policy, free=free_rounds(report)
         )
         print(seeds_table(seeds))
+        links = project_seed_links(trace, k=k, max_ahead=max_ahead, policy=policy)
+        print("\nlead+back with the back on another host, across a link (tok/s):")
+        print(seed_links_table(links))
+        out["seed_links"] = [
+            {"profile": seed.profile.name, "k": lk, "target": target,
+             "lead_back": {name: v for (name, _, _), v in zip(LINKS, speeds, strict=True)}}
+            for seed, lk, target, speeds in links
+        ]  # fmt: skip
         for s in seeds:
             print(f"\n{s.setup.profile.name}: {s.setup.profile.note}")
         out["seeds"] = [
