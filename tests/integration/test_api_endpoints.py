@@ -393,6 +393,28 @@ def test_tool_choice_forces_a_valid_call(
     assert info.value.param == "response_format"  # type: ignore[attr-defined]
 
 
+def test_parallel_tool_calls_let_a_forced_reply_hold_several(tool_lead: str) -> None:
+    """With parallel_tool_calls the grammar takes one or more tagged calls: asked about
+    two cities, the model calls the tool for each."""
+    client = openai.OpenAI(base_url=f"{tool_lead}/v1", api_key="x", timeout=120, max_retries=0)
+    request: dict[str, Any] = {
+        "model": "duo",
+        "messages": [{"role": "user", "content": "Weather in Oslo and in Rome, please."}],
+        "tools": [WEATHER],
+        "tool_choice": "required",
+        "max_tokens": 120,
+        "temperature": 0,
+    }
+    one = client.chat.completions.create(**request).choices[0]
+    several = client.chat.completions.create(**request, parallel_tool_calls=True).choices[0]
+    assert len(one.message.tool_calls or []) == 1  # without it, one call (llama-server's default)
+    assert several.finish_reason == "tool_calls" and several.message.content is None
+    calls = several.message.tool_calls or []
+    cities = [json.loads(c.function.arguments)["city"] for c in calls]  # type: ignore[union-attr]
+    assert len(calls) >= 2 and {"Oslo", "Rome"} <= set(cities), cities
+    assert len({c.id for c in calls}) == len(calls)
+
+
 @pytest.mark.parametrize(
     "parameters",
     [

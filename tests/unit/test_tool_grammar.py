@@ -115,6 +115,16 @@ def test_generic_form_is_the_bare_call() -> None:
     assert "<tool_call>" not in gbnf
 
 
+def test_parallel_calls_repeat_the_block_or_list_the_bare_calls() -> None:
+    tagged = rules(tool_call_gbnf([WEATHER, TIME], tags=True, several=True))
+    assert tagged["root"] == 'duo-block ( "\\n" duo-block )*'
+    assert tagged["duo-block"] == (
+        '"<tool_call>" "\\n"? ( get-weather-call | get-time-call ) "\\n"? "</tool_call>"'
+    )
+    bare = rules(tool_call_gbnf([TIME], tags=False, several=True))
+    assert bare["root"] == '"[" ( get-time-call ) ( "," " "? ( get-time-call ) )* "]"'
+
+
 def test_rule_names_stay_apart() -> None:
     """Names the converter spells alike (`_` and `.` become `-`), or that name a rule of
     its own, still get a rule each, and the root is never redefined."""

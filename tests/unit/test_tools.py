@@ -229,8 +229,45 @@ HERMES = (
             [("get_time", {}), ("get_weather", {"city": "Oslo"})],
         ),
         ('[{"name": "get_time", "arguments": "{}"}]', None, [("get_time", {})]),
+        # Mistral: a list after [TOOL_CALLS], or name[ARGS]{...} (its later models)
+        (
+            '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Oslo"}, "id": "a1"}, '
+            '{"name": "get_time", "arguments": {}}]',
+            None,
+            [("get_weather", {"city": "Oslo"}), ("get_time", {})],
+        ),
+        (
+            '[TOOL_CALLS]get_weather[ARGS]{"city": "Oslo"}[TOOL_CALLS]get_time[ARGS]{}',
+            None,
+            [("get_weather", {"city": "Oslo"}), ("get_time", {})],
+        ),
+        # Llama 3.x: its python tag, and several objects a line or a semicolon apart
+        (
+            '<|python_tag|>{"name": "get_time", "parameters": {"tz": "UTC"}}',
+            None,
+            [("get_time", {"tz": "UTC"})],
+        ),
+        (
+            '{"name": "get_time", "parameters": {}}; {"name": "get_weather", "parameters": '
+            '{"city": "Rome"}}',
+            None,
+            [("get_time", {}), ("get_weather", {"city": "Rome"})],
+        ),
+        # Gemma: a fenced block, of Python-style calls or of JSON
+        (
+            '```tool_code\nget_weather(city="Oslo")\nprint(get_time(tz="UTC"))\n```',
+            None,
+            [("get_weather", {"city": "Oslo"}), ("get_time", {"tz": "UTC"})],
+        ),
+        ('```json\n{"name": "get_time", "arguments": {}}\n```', None, [("get_time", {})]),
         # Not calls: the text exactly.
         ("It is sunny in Paris.", "It is sunny in Paris.", []),
+        ("```python\nprint('hello')\n```", None, []),
+        ("```tool_code\nget_weather(*cities)\n```", None, []),
+        ("```tool_code\nget_weather(city=open('x'))\n```", None, []),
+        ("[TOOL_CALLS]delete_everything[ARGS]{}", None, []),
+        ("[TOOL_CALLS]get_time[ARGS]not json", None, []),
+        ('{"name": "get_time", "arguments": {}} and then some words', None, []),
         ('{"name": "delete_everything", "arguments": {}}', None, []),
         ('{"city": "Paris"}', None, []),
         ("<tool_call>not json</tool_call>", None, []),
@@ -268,6 +305,10 @@ def stream_pieces(text: str, cuts: list[int]) -> tuple[str, list[Any]]:
         "  leading spaces",
         '{"name": "get_time", "arguments": {}}',
         'Sure.\n\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>\nDone.',
+        "[TOOL_CALLS]get_time[ARGS]{}",
+        '```tool_code\nget_time(tz="UTC")\n```',
+        "``` is how Markdown fences code",
+        "[TOOL] is not the tag",
     ],
 )
 @given(cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=12))

@@ -122,6 +122,10 @@ class ChatRequest(Sampling, kw_only=True):
         Literal["none", "auto", "required"] | NamedTool | None,
         Meta(description="auto (the default with tools), none, required, or one function"),
     ] = None
+    parallel_tool_calls: Annotated[
+        bool | None,
+        Meta(description="with tool_choice required or a function: several calls may come"),
+    ] = False
     functions: Annotated[Any, Meta(extra_json_schema={"deprecated": True})] = None
     function_call: Annotated[Any, Meta(extra_json_schema={"deprecated": True})] = None
     logprobs: Annotated[bool | None, Meta(description="the logprobs of each generated token")] = (
@@ -172,6 +176,7 @@ class ChatRequest(Sampling, kw_only=True):
         if not self.tools or choice == "none":
             return None
         functions = [t.shown() for t in self.tools]
+        parallel = bool(self.parallel_tool_calls)
         if isinstance(choice, NamedTool):
-            return Tools(functions, choice.function.name)
-        return Tools(functions, "required" if choice == "required" else "auto")
+            return Tools(functions, choice.function.name, parallel)
+        return Tools(functions, "required" if choice == "required" else "auto", parallel)

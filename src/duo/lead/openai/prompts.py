@@ -178,8 +178,8 @@ class Prompts:
         return sampling if gbnf is None else replace(sampling, grammar=gbnf)
 
     async def tool_grammar(self, sampling: SamplingParams, tools: Tools) -> SamplingParams:
-        """`sampling` with the grammar that holds the reply to one call to the tools
-        (tool_choice "required" or a named function)."""
+        """`sampling` with the grammar that holds the reply to a call to the tools
+        (tool_choice "required" or a named function; one or more with parallel_tool_calls)."""
         if sampling.grammar is not None:
             raise UsageError(
                 "'response_format' cannot be combined with tool_choice 'required' or a "
@@ -187,7 +187,9 @@ class Prompts:
                 param="response_format",
             )
         tags = (await self.template_caps()).tool_call_tags
-        gbnf = await self._checked(lambda: tool_call_gbnf(tools.shown(), tags), "tools")
+        gbnf = await self._checked(
+            lambda: tool_call_gbnf(tools.shown(), tags, several=tools.parallel), "tools"
+        )
         return replace(sampling, grammar=gbnf)
 
     async def _checked(self, build: Callable[[], str | None], param: str) -> str | None:

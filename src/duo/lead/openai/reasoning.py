@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from duo.core.text import tail_of
+
 OPEN, CLOSE = "<think>", "</think>"
 FORMATS = ("auto", "deepseek", "deepseek-legacy", "none")
 Format = Literal["auto", "deepseek", "deepseek-legacy", "none"]
@@ -54,7 +56,7 @@ class Thoughts:
             elif self.state == "inside":
                 at = text.find(CLOSE)
                 if at < 0:  # hold back what may be the closing tag's beginning
-                    keep = _tail_of(text, CLOSE)
+                    keep = tail_of(text, CLOSE)
                     thoughts += text[: len(text) - keep]
                     self.pending = text[len(text) - keep :]
                     return thoughts, answer
@@ -82,11 +84,3 @@ def split(text: str, opened: bool = False) -> tuple[str | None, str]:
     rest, answer_rest = thoughts.finish()
     had_tags = opened or thoughts.state in ("inside", "closed") or text.lstrip().startswith(OPEN)
     return (fed + rest if had_tags else None), answer + answer_rest
-
-
-def _tail_of(text: str, tag: str) -> int:
-    """How many characters at the end of `text` begin `tag`."""
-    for k in range(min(len(tag) - 1, len(text)), 0, -1):
-        if tag.startswith(text[-k:]):
-            return k
-    return 0

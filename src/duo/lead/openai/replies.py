@@ -27,7 +27,8 @@ from duo.lead.openai.responses import (
     CompletionChoice,
     Delta,
 )
-from duo.lead.tools.calls import ToolCall, ToolCallStream, Tools, parse_tool_calls
+from duo.lead.tools.calls import ToolCallStream, Tools, parse_tool_calls
+from duo.lead.tools.formats import ToolCall
 
 Entry = CompletionChoice | ChatChoice | ChunkChoice  # an entry of a response's `choices`
 Shape = Callable[[Sequence[TokenLogprob]], Any]  # logprob entries -> the `logprobs` field

@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from duo.core.text import tail_of
+from duo.lead.tools.formats import PREFIXES, ToolCall, read_calls
 
 MAX_TOOLS = 128  # OpenAI's bound
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -48,6 +50,7 @@ class Tools:
 
     functions: list[dict[str, Any]]  # the request's `tools`, checked
     choice: str  # "auto", "required", or the name of the function to call
+    parallel: bool = False  # parallel_tool_calls: a forced reply may hold several calls
 
     @property
     def names(self) -> set[str]:
@@ -63,13 +66,6 @@ class Tools:
     def forced(self) -> bool:
         """Whether the reply must be a call ("required" or a named function)."""
         return self.choice != "auto"
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    name: str
-    arguments: str  # JSON text, as OpenAI sends it
-    id: str
 
 
 # -- the template ---------------------------------------------------------------------------
@@ -167,10 +163,6 @@ def _object_arguments(call: dict[str, Any]) -> dict[str, Any]:
 # -- the reply ------------------------------------------------------------------------------
 
 
-def new_call_id() -> str:
-    return f"call_{uuid.uuid4().hex[:24]}"
-
-
 def parse_tool_calls(text: str, names: set[str]) -> tuple[str | None, list[ToolCall]]:
     """(content, calls) of a reply. Without a call to one of `names`, the content is the
     text exactly; with calls, the text around them without trailing whitespace (None if
@@ -178,53 +170,16 @@ def parse_tool_calls(text: str, names: set[str]) -> tuple[str | None, list[ToolC
     if OPEN in text:
         calls: list[ToolCall] = []
         for block in _BLOCK.findall(text):
-            found = _calls(_json(block), names)
+            found = read_calls(block, names) if block.strip().startswith("{") else None
             if found is None:
                 return text, []  # a block that is not a call: the reply is text
             calls.extend(found)
         content = _BLOCK.sub("", text).rstrip()
         return content if content.strip() else None, calls
-    found = _calls(_json(text), names)
+    found = read_calls(text, names)
     if found:
         return None, found
     return text, []
-
-
-def _json(text: str) -> Any:
-    text = text.strip()
-    if not text.startswith(("{", "[")):
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
-
-
-def _calls(value: Any, names: set[str]) -> list[ToolCall] | None:
-    """The calls a parsed JSON value holds, or None if it is not (only) calls."""
-    if isinstance(value, dict) and set(value) == {"tool_call"}:
-        value = value["tool_call"]
-    elif isinstance(value, dict) and set(value) == {"tool_calls"}:
-        value = value["tool_calls"]
-    items = value if isinstance(value, list) else [value]
-    calls = []
-    for item in items:
-        if not isinstance(item, dict):
-            return None
-        if isinstance(item.get("function"), dict):  # OpenAI's own shape
-            item = item["function"]
-        name = item.get("name")
-        arguments = item.get("arguments", item.get("parameters", {}))
-        if name not in names:
-            return None
-        if isinstance(arguments, str):
-            text = arguments
-        elif isinstance(arguments, dict):
-            text = json.dumps(arguments, ensure_ascii=False)
-        else:
-            return None
-        calls.append(ToolCall(name, text, new_call_id()))
-    return calls or None
 
 
 class ToolCallStream:
@@ -244,15 +199,12 @@ class ToolCallStream:
     def feed(self, piece: str) -> str:
         self.text += piece
         text = self.text
-        if not text.strip() or text.lstrip().startswith(("{", "[")):
-            return ""  # may be a bare JSON call: wait for the whole reply
+        start = text.lstrip()
+        if not start or start.startswith(("{", "[", *PREFIXES)) or _begins(start):
+            return ""  # may be a call in another form (duo.lead.tools.formats): wait
         opened = text.find(OPEN)
         if opened < 0:  # hold back a partial "<tool_call>" at the end
-            opened = len(text)
-            for k in range(min(len(OPEN) - 1, len(text)), 0, -1):
-                if OPEN.startswith(text[-k:]):
-                    opened = len(text) - k
-                    break
+            opened = len(text) - tail_of(text, OPEN)
         safe = len(text[:opened].rstrip())  # and the whitespace before it
         if safe <= self.sent:
             return ""
@@ -267,3 +219,8 @@ class ToolCallStream:
         rest = content[self.sent :] if content.startswith(self.text[: self.sent]) else ""
         self.sent = len(self.text)
         return rest, calls
+
+
+def _begins(text: str) -> bool:
+    """Whether `text` is the beginning of one of the forms' prefixes."""
+    return any(p.startswith(text) for p in PREFIXES)

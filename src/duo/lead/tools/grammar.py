@@ -3,13 +3,15 @@ function, enforced as llama-server enforces it (llama.cpp's common/chat builds t
 grammar for its Hermes and generic formats when a call is required).
 
     call_schema(tool, index)     the JSON schema of one call to a function
-    tool_call_gbnf(tools, tags)  GBNF for a reply that is one call to one of `tools`
+    tool_call_gbnf(tools, tags)  GBNF for a reply that is a call to one of `tools` (or
+                                 several calls, with parallel_tool_calls)
 
 The reply is `{"name": <the function's name>, "arguments": <an object valid against its
 parameters>}`, wrapped in `<tool_call>` ... `</tool_call>` when the chat template writes
 calls so (Hermes 2 Pro, Qwen 2.5 and 3, ...), else bare (llama.cpp's generic form): both
 are forms `parse_tool_calls` reads. The grammar is complete once the call is, so the only
-token allowed after it ends the generation: one call per reply.
+token allowed after it ends the generation: one call per reply. With `several` (the
+request's `parallel_tool_calls`), more blocks may follow, or the bare calls form a JSON list.
 """
 
 from __future__ import annotations
@@ -69,10 +71,11 @@ def _target(schema: Any, ref: str) -> Any:
     return target
 
 
-def tool_call_gbnf(tools: list[dict[str, Any]], tags: bool) -> str:
-    """GBNF for a reply that is one call to one of `tools`, inside `<tool_call>` tags if
-    `tags` (with the newlines Hermes templates put inside the tags allowed), bare if not.
-    Raises UsageError for parameters the grammar cannot enforce."""
+def tool_call_gbnf(tools: list[dict[str, Any]], tags: bool, several: bool = False) -> str:
+    """GBNF for a reply that is one call to one of `tools` (one or more if `several`),
+    inside `<tool_call>` tags if `tags` (with the newlines Hermes templates put inside the
+    tags allowed), bare if not. Raises UsageError for parameters the grammar cannot
+    enforce."""
     for tool in tools:
         name = tool["function"]["name"]
         where = unenforced(tool["function"].get("parameters"))
@@ -88,6 +91,11 @@ def tool_call_gbnf(tools: list[dict[str, Any]], tags: bool) -> str:
         )
     except UsageError as e:
         raise UsageError(f"the tools' parameters: {e}") from None
-    call = " | ".join(names)
-    root = f'"{OPEN}" "\\n"? ( {call} ) "\\n"? "{CLOSE}"' if tags else f"( {call} )"
+    call = f"( {' | '.join(names)} )"
+    block = f'"{OPEN}" "\\n"? {call} "\\n"? "{CLOSE}"' if tags else call
+    if several:  # blocks a line apart, or a JSON list of bare calls
+        listed = f'"[" {call} ( "," " "? {call} )* "]"'
+        root = f'duo-block ( "\\n" duo-block )*\nduo-block ::= {block}' if tags else listed
+    else:
+        root = block
     return f"root ::= {root}\n{rules}\n"
