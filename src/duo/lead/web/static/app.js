@@ -8,9 +8,20 @@
 
 (function () {
   const $ = (id) => document.getElementById(id);
-  const STORE = { chats: "duo.chats", current: "duo.current", settings: "duo.settings", key: "duo.key" };
-  const DEFAULTS = { system: "", temperature: 0.8, max_tokens: 512, seed: "" };
-  const MAIN = "main";
+  const STORE = {
+    chats: "duo.chats", current: "duo.current", settings: "duo.settings", key: "duo.key",
+    theme: "duo.theme", last: "duo.last",
+  };
+  // Sampling settings: "" leaves a field to the lead's default.
+  const DEFAULTS = {
+    system: "", temperature: 0.8, max_tokens: 512, seed: "", top_p: "", top_k: "", min_p: "",
+    repeat_penalty: "", presence_penalty: "", frequency_penalty: "", stop: "",
+  };
+  const NUMBERS = { temperature: parseFloat, max_tokens: parseInt, seed: parseInt, top_p: parseFloat, top_k: parseInt,
+    min_p: parseFloat, repeat_penalty: parseFloat, presence_penalty: parseFloat, frequency_penalty: parseFloat };
+  const BUSY = "Stop the answer first (or let it finish)";
+  const { MAIN, label } = window.duoSources;
+  const sourceClasses = window.duoSources.classes;
   const WINDOW_MS = 500; // tok/s over the last half second, for the chart
   const MIN_SPAN_MS = 150; // a round's chunks arrive together: no rate over less than this
 
@@ -38,14 +49,14 @@
     current: load(STORE.current, null),
     settings: Object.assign({}, DEFAULTS, load(STORE.settings, {})),
     key: load(STORE.key, ""),
-    colors: {}, // source -> colour index, in order of appearance
     running: null, // {controller, message}
+    deleted: null, // {chat, index, timer}: the last chat deleted, for undo
   };
 
   function currentChat() {
     let chat = state.chats.find((c) => c.id === state.current);
     if (!chat) {
-      chat = { id: String(Date.now()) + Math.random().toString(16).slice(2, 6), title: "New chat", messages: [] };
+      chat = { id: window.duoChats.newId(), title: "New chat", messages: [] };
       state.chats.unshift(chat);
       state.current = chat.id;
     }
@@ -53,22 +64,11 @@
   }
 
   function persist() {
-    save(STORE.chats, state.chats.slice(0, 50));
+    save(STORE.chats, state.chats.slice(0, window.duoChats.MAX_CHATS));
     save(STORE.current, state.current);
   }
 
   // -- sources and colours -----------------------------------------------------------------
-
-  function label(source) {
-    if (source === MAIN || source === null) return "main model";
-    if (source.startsWith("back:")) return "back " + source.slice(5);
-    return { model: "local draft model", ngram: "n-gram lookup", suffix: "suffix cache" }[source] || source;
-  }
-
-  function colorOf(source) {
-    if (!(source in state.colors)) state.colors[source] = Object.keys(state.colors).length % 8;
-    return state.colors[source];
-  }
 
   function drawLegend(chat) {
     const legend = $("legend");
@@ -81,7 +81,7 @@
     legend.appendChild(title);
     for (const source of seen) {
       const item = document.createElement("span");
-      item.className = "tok src-" + colorOf(source);
+      item.className = sourceClasses(source);
       item.dataset.source = source;
       item.textContent = label(source);
       legend.appendChild(item);
@@ -94,11 +94,12 @@
 
   // -- copying -----------------------------------------------------------------------------
 
-  function copyButton(getText) {
+  function copyButton(getText, what) {
     const button = document.createElement("button");
     button.type = "button";
     button.className = "copy";
     button.textContent = "Copy";
+    button.setAttribute("aria-label", "Copy " + (what || "this code"));
     button.addEventListener("click", async () => {
       const text = getText();
       try {
@@ -143,7 +144,7 @@
         const piece = text.slice(start, stop);
         if (b.source) {
           const span = document.createElement("span");
-          span.className = "tok src-" + colorOf(b.source);
+          span.className = sourceClasses(b.source);
           span.dataset.source = b.source;
           span.title = label(b.source);
           span.textContent = piece;
@@ -162,7 +163,19 @@
     body.replaceChildren(window.duoMarkdown.render(text, leafFor(text, segments), copyButton));
   }
 
-  function messageNode(message) {
+  function action(text, name, title, run) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "action " + name;
+    button.textContent = text;
+    button.setAttribute("aria-label", title);
+    button.addEventListener("click", () => {
+      if (!state.running) run();
+    });
+    return button;
+  }
+
+  function messageNode(message, index, chat) {
     const node = document.createElement("article");
     node.className = "msg " + message.role;
     const body = document.createElement("div");
@@ -172,7 +185,14 @@
     else renderBody(body, message);
     const tools = document.createElement("div");
     tools.className = "tools";
-    tools.appendChild(copyButton(() => message.content));
+    const last = index === chat.messages.length - 1;
+    if (message.role === "user") {
+      tools.appendChild(action("Edit", "edit", "Edit this message and send it again", () => edit(chat, index)));
+    } else if (last) {
+      const again = message.error ? "Retry" : "Regenerate";
+      tools.appendChild(action(again, "regenerate", again + " this answer", () => regenerate(chat)));
+    }
+    tools.appendChild(copyButton(() => message.content, message.role === "user" ? "this message" : "this answer"));
     node.appendChild(tools);
     if (message.error) showError(node, message.error);
     if (message.stats) showStats(node, message);
@@ -192,7 +212,8 @@
   function drawChat() {
     const chat = currentChat();
     const list = $("messages");
-    list.replaceChildren(...chat.messages.map(messageNode));
+    list.replaceChildren(...chat.messages.map((m, i) => messageNode(m, i, chat)));
+    setRunning(Boolean(state.running));
     list.scrollTop = list.scrollHeight;
     drawLegend(chat);
     drawChatList();
@@ -207,6 +228,8 @@
       open.type = "button";
       open.className = "chat-title" + (chat.id === state.current ? " current" : "");
       open.textContent = chat.title;
+      open.disabled = Boolean(state.running);
+      if (open.disabled) open.title = BUSY;
       open.addEventListener("click", () => {
         if (state.running) return;
         state.current = chat.id;
@@ -216,17 +239,83 @@
       const remove = document.createElement("button");
       remove.type = "button";
       remove.className = "remove";
-      remove.title = "Delete this chat";
+      remove.title = state.running ? BUSY : "Delete this chat";
+      remove.setAttribute("aria-label", `Delete the chat “${chat.title}”`);
       remove.textContent = "×";
-      remove.addEventListener("click", () => {
-        if (state.running) return;
-        state.chats = state.chats.filter((c) => c !== chat);
-        if (state.current === chat.id) state.current = state.chats.length ? state.chats[0].id : null;
-        persist();
-        drawChat();
-      });
+      remove.disabled = Boolean(state.running);
+      remove.addEventListener("click", () => deleteChat(chat));
       li.append(open, remove);
       ul.appendChild(li);
+    }
+  }
+
+  function deleteChat(chat) {
+    if (state.running) return;
+    const index = state.chats.indexOf(chat);
+    state.chats = state.chats.filter((c) => c !== chat);
+    if (state.current === chat.id) state.current = state.chats.length ? state.chats[0].id : null;
+    persist();
+    drawChat();
+    if (state.deleted) clearTimeout(state.deleted.timer);
+    const timer = setTimeout(() => toast(null), 10000);
+    state.deleted = { chat, index, timer };
+    toast(`Deleted “${chat.title}”.`, "Undo", undoDelete);
+  }
+
+  function undoDelete() {
+    const d = state.deleted;
+    if (!d) return;
+    clearTimeout(d.timer);
+    state.deleted = null;
+    state.chats.splice(Math.min(d.index, state.chats.length), 0, d.chat);
+    state.current = d.chat.id;
+    persist();
+    drawChat();
+    toast(null);
+  }
+
+  // A line at the bottom of the page with one action; null hides it.
+  function toast(text, actionText, run) {
+    const box = $("toast");
+    box.replaceChildren();
+    box.hidden = text === null;
+    if (text === null) return;
+    const span = document.createElement("span");
+    span.textContent = text;
+    box.appendChild(span);
+    if (actionText) {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.textContent = actionText;
+      button.addEventListener("click", run);
+      box.appendChild(button);
+      button.focus();
+    }
+  }
+
+  // -- import and export ------------------------------------------------------------------
+
+  function exportChats() {
+    const blob = new Blob([window.duoChats.exported(state.chats)], { type: "application/json" });
+    const a = document.createElement("a");
+    a.href = URL.createObjectURL(blob);
+    a.download = `duo-chats-${new Date().toISOString().slice(0, 10)}.json`;
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 1000);
+  }
+
+  async function importChats(file) {
+    try {
+      const incoming = window.duoChats.parseExport(await file.text());
+      state.chats = window.duoChats.merged(state.chats, incoming);
+      if (incoming.length) state.current = state.chats[0].id;
+      persist();
+      drawChat();
+      toast(`Imported ${incoming.length} chat${incoming.length === 1 ? "" : "s"} from ${file.name}.`);
+    } catch (e) {
+      toast(`Could not import ${file.name}: ${e.message}.`);
     }
   }
 
@@ -279,7 +368,7 @@
     for (const source of names) {
       const n = s.bySource[source];
       const item = document.createElement("span");
-      item.className = "share" + (source === MAIN ? "" : " tok src-" + colorOf(source));
+      item.className = "share" + (source === MAIN ? "" : " " + sourceClasses(source));
       item.dataset.source = source;
       item.dataset.tokens = String(n);
       item.dataset.share = String(total ? n / total : 0);
@@ -308,6 +397,7 @@
     canvas.style.width = w + "px";
     canvas.style.height = h + "px";
     canvas.title = "tok/s over the response";
+    canvas.setAttribute("role", "img");
     const ctx = canvas.getContext("2d");
     ctx.scale(ratio, ratio);
     const tMax = Math.max(1, curve[curve.length - 1][0]);
@@ -330,6 +420,10 @@
     ctx.fillStyle = "#666";
     ctx.font = "10px sans-serif";
     ctx.fillText(`${vMax.toFixed(0)} tok/s peak`, 4, 10);
+    const end = curve[curve.length - 1][1];
+    canvas.setAttribute("aria-label",
+      `tok/s over the response: peak ${vMax.toFixed(0)}, ${end.toFixed(0)} at the end, over ${(tMax / 1000).toFixed(1)} s`);
+    canvas.textContent = canvas.getAttribute("aria-label");
     return canvas;
   }
 
@@ -421,12 +515,12 @@
       messages.push({ role: m.role, content: m.content });
     });
     const body = { model: "duo", messages, stream: true };
-    const temperature = parseFloat(s.temperature);
-    if (Number.isFinite(temperature)) body.temperature = temperature;
-    const maxTokens = parseInt(s.max_tokens, 10);
-    if (Number.isFinite(maxTokens) && maxTokens > 0) body.max_tokens = maxTokens;
-    const seed = parseInt(s.seed, 10);
-    if (Number.isFinite(seed)) body.seed = seed;
+    for (const [name, parse] of Object.entries(NUMBERS)) {
+      const value = parse(String(s[name]).trim());
+      if (Number.isFinite(value) && !(name === "max_tokens" && value <= 0)) body[name] = value;
+    }
+    const stops = String(s.stop || "").split("\n").filter((x) => x.length);
+    if (stops.length) body.stop = stops.slice(0, 4);
     return body;
   }
 
@@ -435,6 +529,28 @@
     const chat = currentChat();
     if (chat.messages.length === 0) chat.title = text.trim().slice(0, 40);
     chat.messages.push({ role: "user", content: text });
+    await answer(chat);
+  }
+
+  // The last answer again (after an error, a retry), from the same conversation.
+  async function regenerate(chat) {
+    if (state.running) return;
+    const last = chat.messages[chat.messages.length - 1];
+    if (last && last.role === "assistant") chat.messages.pop();
+    await answer(chat);
+  }
+
+  // A user message back in the composer; it and everything after it leave the chat.
+  function edit(chat, index) {
+    if (state.running) return;
+    $("prompt").value = chat.messages[index].content;
+    chat.messages.splice(index);
+    persist();
+    drawChat();
+    $("prompt").focus();
+  }
+
+  async function answer(chat) {
     const body = request(chat);
     const message = { role: "assistant", content: "", segments: [], stats: null };
     chat.messages.push(message);
@@ -532,10 +648,17 @@
     if (state.running) state.running.controller.abort();
   }
 
+  // While an answer streams, what would change the chat under it waits: the buttons say why.
   function setRunning(running) {
     $("send").disabled = running;
     $("stop").disabled = !running;
     document.body.classList.toggle("running", running);
+    for (const el of document.querySelectorAll("#new-chat, #import-chats, .action, .chat-title, .remove")) {
+      el.disabled = running;
+      if (running) el.title = BUSY;
+      else if (el.title === BUSY) el.removeAttribute("title");
+    }
+    $("busy-note").hidden = !running;
   }
 
   // -- the drafters panel: the lead's live feed ----------------------------------------------
@@ -578,7 +701,7 @@
         tr.appendChild(td);
       }
       const swatch = document.createElement("span");
-      swatch.className = "swatch tok src-" + colorOf(b.source);
+      swatch.className = "swatch " + sourceClasses(b.source);
       tr.firstChild.prepend(swatch);
       const model = document.createElement("span");
       model.className = "model";
@@ -588,6 +711,16 @@
     }
     $("no-backs").hidden = s.backs.length > 0;
     $("backs").hidden = s.backs.length === 0;
+    $("drafters").classList.remove("stale");
+  }
+
+  // The feed dropped: what the panel shows is from before, and says so.
+  function markStale() {
+    const panel = $("drafters");
+    if (panel.classList.contains("stale")) return;
+    panel.classList.add("stale");
+    $("lead-state").textContent = "lead unreachable: the figures below are from before it went away";
+    for (const td of document.querySelectorAll("#backs td.seen")) td.textContent = "–";
   }
 
   const VERBS = { join: "joined", leave: "left", present: "connected" };
@@ -607,9 +740,11 @@
     const sources = Object.entries(t.draft_sources || {})
       .map(([name, x]) => `${label(name)} ${x.draft_n_accepted}/${x.draft_n}`)
       .join(", ");
-    $("last-response").textContent =
+    const text =
       `${t.predicted_n} tokens at ${fmt(t.predicted_per_second, 1)} tok/s, acceptance ${fmt(100 * t.acceptance_rate, 0)}%` +
       (sources ? ` (${sources})` : "");
+    $("last-response").textContent = text;
+    save(STORE.last, { text, at: new Date().toLocaleTimeString() });
   }
 
   async function follow() {
@@ -637,6 +772,7 @@
         /* the lead went away: try again */
       }
       setStatus("lead unreachable", "bad");
+      markStale();
       await new Promise((r) => setTimeout(r, delay));
       delay = Math.min(delay * 2, 8000);
     }
@@ -645,9 +781,8 @@
   // -- wiring ----------------------------------------------------------------------------------
 
   function bindSettings() {
-    const fields = { system: "set-system", temperature: "set-temperature", max_tokens: "set-max-tokens", seed: "set-seed" };
-    for (const [name, id] of Object.entries(fields)) {
-      const input = $(id);
+    for (const name of Object.keys(DEFAULTS)) {
+      const input = $("set-" + name.replace(/_/g, "-"));
       input.value = state.settings[name];
       input.addEventListener("input", () => {
         state.settings[name] = input.value;
@@ -656,11 +791,45 @@
     }
   }
 
+  // A toggle button that shows and hides a panel, saying which it is (aria-expanded).
+  function toggle(button, panel, shown, show) {
+    button.setAttribute("aria-expanded", String(shown()));
+    button.addEventListener("click", () => {
+      show(!shown());
+      button.setAttribute("aria-expanded", String(shown()));
+    });
+  }
+
+  const THEMES = ["auto", "light", "dark"];
+
+  function setTheme(theme) {
+    if (theme === "auto") delete document.documentElement.dataset.theme;
+    else document.documentElement.dataset.theme = theme;
+    $("theme").textContent = "Theme: " + theme;
+    save(STORE.theme, theme);
+  }
+
   function start() {
     bindSettings();
-    $("show-settings").addEventListener("click", () => ($("settings").hidden = !$("settings").hidden));
-    $("show-chats").addEventListener("click", () => $("chats").classList.toggle("open"));
-    $("show-drafters").addEventListener("click", () => $("drafters").classList.toggle("open"));
+    const settings = $("settings");
+    toggle($("show-settings"), settings, () => !settings.hidden, (on) => (settings.hidden = !on));
+    for (const [button, panel] of [[$("show-chats"), $("chats")], [$("show-drafters"), $("drafters")]]) {
+      toggle(button, panel, () => panel.classList.contains("open"), (on) => panel.classList.toggle("open", on));
+    }
+    setTheme(THEMES.includes(load(STORE.theme, "auto")) ? load(STORE.theme, "auto") : "auto");
+    $("theme").addEventListener("click", () => {
+      const now = THEMES.indexOf(load(STORE.theme, "auto"));
+      setTheme(THEMES[(now + 1) % THEMES.length]);
+    });
+    $("export-chats").addEventListener("click", exportChats);
+    $("import-chats").addEventListener("click", () => $("import-file").click());
+    $("import-file").addEventListener("change", () => {
+      const file = $("import-file").files[0];
+      if (file) importChats(file);
+      $("import-file").value = "";
+    });
+    const last = load(STORE.last, null);
+    if (last && last.text) $("last-response").textContent = `${last.text} (at ${last.at}, before this page loaded)`;
     $("new-chat").addEventListener("click", () => {
       if (state.running) return;
       state.current = null;
