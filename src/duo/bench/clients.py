@@ -17,18 +17,19 @@ token a chunk).
     llama-server     llama-server -np N --kv-unified on every core (one KV buffer for
                      all slots, as duo's lead and llama-server's default slots have)
     llama-server+md  llama-server -np N -md DRAFT on every core (main and draft share them)
+    llama-server+ngram  llama-server -np N --spec-type ngram-mod on every core (its n-gram
+                     pool, shared by the slots, with duo's key and draft lengths)
 
 Prompts go as text already rendered through the chat template, to /v1/completions: both
-servers read exactly the same tokens.
+servers read exactly the same tokens. With a workload of sessions (duo.bench.workloads),
+each client plays its sessions turn by turn: every request holds the session's earlier
+turns and the server's own earlier answers, rendered by the bench with the main model's
+chat template.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -37,13 +38,12 @@ from typing import Any
 
 import httpx
 
-from duo.bench.llamacpp import find_bin
-from duo.bench.runners import Prompt, cores_text, prompt_texts, wait_ready
+from duo.bench.runners import Prompt, prompt_text
+from duo.bench.servers import start
+from duo.bench.workloads import Session
 from duo.core.sampling import SamplingParams
-from duo.net import free_port
+from duo.llama.backend import Model
 from duo.session.config import ModelConfig, SpecConfig
-
-SERVERS = ("duo", "duo+back", "llama-server", "llama-server+md")
 
 
 @dataclass
@@ -56,6 +56,13 @@ class LoadResult:
     gap_ms: dict[str, float]  # p50, p99 of the gaps between streamed chunks
     itl_ms: dict[str, float]  # p50, p99 of the inter-token latency (a gap over its tokens)
     devices: str = ""
+    drafted: int = 0  # draft tokens verified, over every request (from their timings)
+    accepted: int = 0
+    sources: dict[str, list[int]] = field(default_factory=dict)  # duo: [accepted, drafted]
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
 
     @property
     def tokens_per_second(self) -> float:
@@ -74,8 +81,9 @@ class ClientsReport:
     def table(self) -> str:
         counts = sorted({r.clients for r in self.results})
         lines = [
-            f"{'server':16} {'clients':>7} {'tok/s':>7} {'x 1 client':>10} "
-            f"{'TTFT p50/p99 ms':>16} {'gap p50/p99 ms':>15} {'ITL p50/p99 ms':>15}  devices"
+            f"{'server':18} {'clients':>7} {'tok/s':>7} {'x 1 client':>10} "
+            f"{'TTFT p50/p99 ms':>16} {'gap p50/p99 ms':>15} {'ITL p50/p99 ms':>15} "
+            f"{'accept':>6}  devices"
         ]
         for server in dict.fromkeys(r.server for r in self.results):
             one = self.best(server, counts[0])
@@ -84,16 +92,25 @@ class ClientsReport:
                 if r is None:
                     continue
                 scale = r.tokens_per_second / one.tokens_per_second if one else 0.0
+                rate = r.acceptance_rate
                 lines.append(
-                    f"{server:16} {c:>7} {r.tokens_per_second:7.1f} {scale:9.2f}x "
+                    f"{server:18} {c:>7} {r.tokens_per_second:7.1f} {scale:9.2f}x "
                     f"{r.ttft_ms['p50']:7.0f}/{r.ttft_ms['p99']:<8.0f} "
                     f"{r.gap_ms['p50']:6.0f}/{r.gap_ms['p99']:<8.0f} "
-                    f"{r.itl_ms['p50']:6.1f}/{r.itl_ms['p99']:<8.1f} {r.devices}"
+                    f"{r.itl_ms['p50']:6.1f}/{r.itl_ms['p99']:<8.1f} "
+                    f"{'' if rate is None else f'{rate:.2f}':>6}  {r.devices}"
                 )
         return "\n".join(lines)
 
     def to_json(self) -> str:
-        rows = [{**asdict(r), "tokens_per_second": r.tokens_per_second} for r in self.results]
+        rows = [
+            {
+                **asdict(r),
+                "tokens_per_second": r.tokens_per_second,
+                "acceptance_rate": r.acceptance_rate,
+            }
+            for r in self.results
+        ]
         return json.dumps({"settings": self.settings, "results": rows}, indent=2)
 
 
@@ -104,105 +121,47 @@ def percentiles(values: list[float]) -> dict[str, float]:
     return {"p50": v[len(v) // 2], "p99": v[min(len(v) - 1, int(0.99 * len(v)))]}
 
 
-class Server:
-    """A server process (or two) on loopback, started and stopped by the bench."""
-
-    def __init__(self, name: str, cmds: list[list[str]], devices: str, url: str) -> None:
-        self.name, self.devices, self.url = name, devices, url
-        self.procs: list[subprocess.Popen[bytes]] = []
-        try:
-            for i, cmd in enumerate(cmds):
-                self.procs.append(
-                    subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                )
-                ready = functools.partial(_has_drafter if i else _healthy, url)
-                wait_ready(ready, self.procs[-1])
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        for proc in reversed(self.procs):
-            proc.terminate()
-            proc.wait(timeout=30)
-
-
-def _healthy(url: str) -> bool:
-    r = httpx.get(f"{url}/health", timeout=2)
-    return r.status_code == 200 and r.json().get("status") == "ok"
-
-
-def _has_drafter(url: str) -> bool:
-    return int(httpx.get(f"{url}/health", timeout=2).json()["drafters"]) > 0
-
-
-def start(
-    name: str,
-    models: ModelConfig,
-    spec: SpecConfig,
-    slots: int,
-    bin_dir: str | None,
-) -> Server:
-    """Start one of SERVERS with `slots` slots."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    every = str(len(os.sched_getaffinity(0)))
-    duo = [sys.executable, "-m", "duo"]
-    ctx = str(models.n_ctx)
-    if name in ("duo", "duo+back"):
-        lead = [
-            *duo, "lead", "-m", str(models.main), "--port", str(port), "--quiet",
-            "--parallel", str(slots), "-c", ctx, "--draft", str(spec.draft_max),
-            "--spec-type", ",".join(sorted(spec.spec_types)) or "none",
-        ]  # fmt: skip
-        if name == "duo":
-            return Server(name, [[*lead, "-t", every]], f"main: all cores x{every}t", url)
-        assert models.draft is not None
-        main_cores, draft_cores = cores_text(spec.main_cores, ""), cores_text(spec.draft_cores, "")
-        lead += ["-t", str(models.threads), *(["--pin", f"{main_cores}:"] if main_cores else [])]
-        back = [
-            *duo, "back", "-m", str(models.draft), "--lead", url, "-t", str(models.draft_threads),
-            "-c", ctx, *(["--pin", draft_cores] if draft_cores else []),
-        ]  # fmt: skip
-        devices = f"main: cores {main_cores or 'all'}; back: cores {draft_cores or 'all'}"
-        return Server(name, [lead, back], devices, url)
-    server = [
-        str(find_bin(bin_dir, "llama-server")), "-m", str(models.main), "--host", "127.0.0.1",
-        "--port", str(port), "-np", str(slots), "-c", str(models.n_ctx * slots), "-t", every,
-        "--kv-unified", "-tb", every, "-ngl", str(models.n_gpu_layers), "--no-webui",
-    ]  # fmt: skip
-    devices = f"main: all cores x{every}t (llama.cpp)"
-    if name == "llama-server+md":
-        assert models.draft is not None
-        server += [
-            "-md", str(models.draft), "--spec-type", "draft-simple", "--spec-draft-n-max",
-            str(spec.draft_max), "-td", every, "-ngld", str(models.n_gpu_layers_draft),
-        ]  # fmt: skip
-        devices = f"main + draft: all cores x{every}t (llama.cpp)"
-    return Server(name, [server], devices, url)
-
-
 @dataclass
 class _Client:
     ttft: list[float] = field(default_factory=list)
     gaps: list[float] = field(default_factory=list)
     itl: list[float] = field(default_factory=list)
     tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    sources: dict[str, list[int]] = field(default_factory=dict)
+
+
+Render = Callable[[list[dict[str, Any]]], str]  # chat messages -> the prompt text
 
 
 def load(
-    url: str, texts: list[str], clients: int, n: int, sampling: SamplingParams
-) -> tuple[int, float, list[float], list[float], list[float]]:
-    """`clients` clients at once over the prompts: (tokens, seconds, TTFTs, chunk gaps,
-    inter-token latencies)."""
+    url: str,
+    work: list[str] | list[Session],
+    clients: int,
+    n: int,
+    sampling: SamplingParams,
+    render: Render | None = None,
+) -> tuple[list[_Client], float]:
+    """`clients` clients at once over the prompts (texts), or over the sessions (played
+    turn by turn, each prompt `render`ed from the session so far): each client's figures,
+    and the seconds it all took."""
     runs = [_Client() for _ in range(clients)]
     errors: list[BaseException] = []
 
     def client(j: int) -> None:
         try:
             with httpx.Client(base_url=url, timeout=600) as http:
-                for text in texts[j::clients]:
-                    _stream(http, text, n, sampling, runs[j])
+                for item in work[j::clients]:
+                    if isinstance(item, str):
+                        _stream(http, item, n, sampling, runs[j])
+                        continue
+                    assert render is not None
+                    messages = item.start()
+                    for turn in item.turns:
+                        messages += turn
+                        answer = _stream(http, render(messages), n, sampling, runs[j])
+                        messages.append({"role": "assistant", "content": answer})
         except BaseException as e:  # reported after the others finish
             errors.append(e)
 
@@ -215,17 +174,11 @@ def load(
     seconds = time.perf_counter() - t0
     if errors:
         raise errors[0]
-    tokens = sum(r.tokens for r in runs)
-    return (
-        tokens,
-        seconds,
-        [x for r in runs for x in r.ttft],
-        [x for r in runs for x in r.gaps],
-        [x for r in runs for x in r.itl],
-    )
+    return runs, seconds
 
 
-def _stream(http: httpx.Client, text: str, n: int, sampling: SamplingParams, out: _Client) -> None:
+def _stream(http: httpx.Client, text: str, n: int, sampling: SamplingParams, out: _Client) -> str:
+    """One streamed completion; its figures go to `out`; returns its text."""
     body = {
         "prompt": text,
         "max_tokens": n,
@@ -236,7 +189,7 @@ def _stream(http: httpx.Client, text: str, n: int, sampling: SamplingParams, out
         "cache_prompt": True,
     }
     t0 = last = time.perf_counter()
-    first, tokens = True, 0
+    first, tokens, pieces = True, 0, []
     # One connection per request: llama-server may close a connection after a stream,
     # and a reused one then fails; both servers pay the same loopback connect.
     headers = {"Connection": "close"}
@@ -248,6 +201,7 @@ def _stream(http: httpx.Client, text: str, n: int, sampling: SamplingParams, out
             chunk = json.loads(line[6:])
             choices = chunk.get("choices") or []
             if choices and choices[0].get("text"):
+                pieces.append(choices[0]["text"])
                 now = time.perf_counter()
                 if first:
                     out.ttft.append(now - t0)
@@ -261,35 +215,86 @@ def _stream(http: httpx.Client, text: str, n: int, sampling: SamplingParams, out
             timings = chunk.get("timings") or {}
             if usage.get("completion_tokens") or timings.get("predicted_n"):
                 tokens = usage.get("completion_tokens") or timings["predicted_n"]
+            if "draft_n" in timings:
+                out.drafted += int(timings["draft_n"])
+                out.accepted += int(timings.get("draft_n_accepted", 0))
+                for source, x in (timings.get("draft_sources") or {}).items():
+                    tally = out.sources.setdefault(source, [0, 0])
+                    tally[0] += int(x.get("draft_n_accepted", 0))
+                    tally[1] += int(x.get("draft_n", 0))
     out.tokens += int(tokens)
+    return "".join(pieces)
 
 
 def run(
     models: ModelConfig,
     spec: SpecConfig,
     servers: list[str],
-    prompts: list[Prompt],
+    prompts: list[Prompt] | list[Session],
     counts: list[int],
     n: int,
     repeat: int,
     sampling: SamplingParams,
     bin_dir: str | None,
     log: Callable[[str], None] = lambda _: None,
+    suite: str = "",
 ) -> ClientsReport:
-    """Every server with every client count, `repeat` times, servers taking turns."""
-    texts = prompt_texts(models.main, prompts)
+    """Every server with every client count, `repeat` times, servers taking turns; over
+    prompts, or over sessions of dependent requests."""
+    model = Model(models.main, n_ctx=512)
+    try:
+        work: list[str] | list[Session]
+        if prompts and isinstance(prompts[0], Session):
+            work = [p for p in prompts if isinstance(p, Session)]
+        else:
+            work = [prompt_text(model, p) for p in prompts if isinstance(p, Prompt)]
+        return _run(models, spec, servers, work, counts, n, repeat, sampling, bin_dir, log,
+                    suite, _renderer(model))  # fmt: skip
+    finally:
+        model.close()
+
+
+def _renderer(model: Model) -> Render:
+    lock = threading.Lock()  # the clients' threads share the template
+
+    def render(messages: list[dict[str, Any]]) -> str:
+        with lock:
+            return model.vocab.render_chat(messages)
+
+    return render
+
+
+def _run(
+    models: ModelConfig,
+    spec: SpecConfig,
+    servers: list[str],
+    work: list[str] | list[Session],
+    counts: list[int],
+    n: int,
+    repeat: int,
+    sampling: SamplingParams,
+    bin_dir: str | None,
+    log: Callable[[str], None],
+    suite: str,
+    render: Render,
+) -> ClientsReport:
     slots = max(counts)
+    sessions = [w for w in work if isinstance(w, Session)]
     report = ClientsReport(
         {
             "n_predict": n,
             "clients": counts,
             "slots": slots,
             "repeat": repeat,
-            "prompts": len(prompts),
+            "suite": suite,
+            "prompts": len(work),
+            "requests": sum(len(s.turns) for s in sessions) or len(work),
             "draft_max": spec.draft_max,
             "temperature": sampling.temperature,
         }
     )
+    texts = [w for w in work if isinstance(w, str)]
+    warm_up = texts[-1:] or [render([{"role": "user", "content": "Say hello."}])]
     for rep in range(repeat):
         for c in counts:
             for name in servers:
@@ -298,20 +303,36 @@ def run(
                 log(f"repeat {rep + 1}/{repeat}: {name}, {c} client(s)")
                 server = start(name, models, spec, slots, bin_dir)
                 try:
-                    load(server.url, texts[-1:], 1, min(n, 16), sampling)  # warm-up
-                    tokens, seconds, ttft, gaps, itl = load(server.url, texts, c, n, sampling)
+                    load(server.url, warm_up, 1, min(n, 16), sampling)
+                    runs, seconds = load(server.url, work, c, n, sampling, render)
                 finally:
                     server.stop()
-                report.results.append(
-                    LoadResult(
-                        name,
-                        c,
-                        tokens,
-                        seconds,
-                        {k: 1000 * v for k, v in percentiles(ttft).items()},
-                        {k: 1000 * v for k, v in percentiles(gaps).items()},
-                        {k: 1000 * v for k, v in percentiles(itl).items()},
-                        server.devices,
-                    )
-                )
+                report.results.append(_result(name, c, runs, seconds, server.devices))
     return report
+
+
+def _result(
+    name: str, clients: int, runs: list[_Client], seconds: float, devices: str
+) -> LoadResult:
+    def ms(values: list[float]) -> dict[str, float]:
+        return {k: 1000 * v for k, v in percentiles(values).items()}
+
+    sources: dict[str, list[int]] = {}
+    for r in runs:
+        for source, (accepted, drafted) in r.sources.items():
+            tally = sources.setdefault(source, [0, 0])
+            tally[0] += accepted
+            tally[1] += drafted
+    return LoadResult(
+        name,
+        clients,
+        sum(r.tokens for r in runs),
+        seconds,
+        ms([x for r in runs for x in r.ttft]),
+        ms([x for r in runs for x in r.gaps]),
+        ms([x for r in runs for x in r.itl]),
+        devices,
+        sum(r.drafted for r in runs),
+        sum(r.accepted for r in runs),
+        sources,
+    )

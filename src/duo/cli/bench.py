@@ -12,12 +12,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from duo.bench import netns
-from duo.bench.clients import SERVERS
 from duo.bench.netns import FarHost
 from duo.bench.runners import Prompt
+from duo.bench.servers import SERVERS
 from duo.bench.suite import MODES as BENCH_MODES
 from duo.bench.suite import PEER_MODES
 from duo.bench.variants import REMOTE_DRAFT
+from duo.bench.workloads import WORKLOADS, sessions
 from duo.cli.args import (
     add_model_args,
     add_rpc_arg,
@@ -53,10 +54,11 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     g.add_argument("--prompts", help="a JSON-lines prompt file of your own")
     g.add_argument(
         "--suite",
-        choices=("chat", "grounded", "all"),
+        choices=("chat", "grounded", "all", *WORKLOADS),
         default="chat",
         help="bundled prompts: chat (12 everyday prompts), grounded (18 prompts whose "
-        "answers reuse the prompt), all (default %(default)s)",
+        "answers reuse the prompt), all (default %(default)s); with --clients, sessions "
+        "of dependent requests too: agent, multiturn, code-edit (see duo.bench.workloads)",
     )
     g.add_argument("--repeat", type=positive, default=3, help="repeats of the suite (median)")
     g.add_argument("--draft", type=positive, default=8, metavar="K", help="draft tokens per round")
@@ -152,8 +154,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.prompts and args.suite != "chat":
         raise UsageError("give either --prompts FILE or --suite, not both")
-    prompts = bench.load_prompts(args.prompts, args.suite)
-    if args.repeat > 1 and len(prompts) < 2:
+    if args.suite in WORKLOADS and not args.clients:
+        raise UsageError(f"--suite {args.suite} is sessions of requests to a server: add --clients")
+    prompts = [] if args.suite in WORKLOADS else bench.load_prompts(args.prompts, args.suite)
+    if args.repeat > 1 and len(prompts) == 1:
         raise UsageError("--repeat needs at least two prompts (a drafter would cache the answer)")
     devices = args.devices
     if devices is None and len(os.sched_getaffinity(0)) > 1:
@@ -242,17 +246,19 @@ def _bench_clients(
     servers = args.servers or [
         s for s in SERVERS if not s.startswith("llama-server") or args.llama_cpp_bin
     ]
+    work = sessions(args.suite) if args.suite in WORKLOADS else prompts
     report = clients.run(
         models,
         spec,
         servers,
-        prompts,
+        work,
         args.clients,
         args.n_predict,
         args.repeat,
         sampling_params(args),
         args.llama_cpp_bin,
         log=lambda msg: print(f"\r\x1b[K{msg}", end="", file=sys.stderr, flush=True),
+        suite=args.suite,
     )
     print(file=sys.stderr)
     print(report.table())

@@ -1,0 +1,98 @@
+"""The servers `duo bench --clients` measures (duo.bench.clients): each started afresh on
+loopback, on the cores its duo counterpart uses, and stopped after its load."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+
+import httpx
+
+from duo.bench.llamacpp import find_bin, ngram_flags
+from duo.bench.runners import cores_text, wait_ready
+from duo.net import free_port
+from duo.session.config import ModelConfig, SpecConfig
+
+SERVERS = ("duo", "duo+back", "llama-server", "llama-server+md", "llama-server+ngram")
+
+
+class Server:
+    """A server process (or two) on loopback, started and stopped by the bench."""
+
+    def __init__(self, name: str, cmds: list[list[str]], devices: str, url: str) -> None:
+        self.name, self.devices, self.url = name, devices, url
+        self.procs: list[subprocess.Popen[bytes]] = []
+        try:
+            for i, cmd in enumerate(cmds):
+                self.procs.append(
+                    subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                )
+                ready = functools.partial(_has_drafter if i else _healthy, url)
+                wait_ready(ready, self.procs[-1])
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def _healthy(url: str) -> bool:
+    r = httpx.get(f"{url}/health", timeout=2)
+    return r.status_code == 200 and r.json().get("status") == "ok"
+
+
+def _has_drafter(url: str) -> bool:
+    return int(httpx.get(f"{url}/health", timeout=2).json()["drafters"]) > 0
+
+
+def start(
+    name: str,
+    models: ModelConfig,
+    spec: SpecConfig,
+    slots: int,
+    bin_dir: str | None,
+) -> Server:
+    """Start one of SERVERS with `slots` slots."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    every = str(len(os.sched_getaffinity(0)))
+    duo = [sys.executable, "-m", "duo"]
+    ctx = str(models.n_ctx)
+    if name in ("duo", "duo+back"):
+        lead = [
+            *duo, "lead", "-m", str(models.main), "--port", str(port), "--quiet",
+            "--parallel", str(slots), "-c", ctx, "--draft", str(spec.draft_max),
+            "--spec-type", ",".join(sorted(spec.spec_types)) or "none",
+        ]  # fmt: skip
+        if name == "duo":
+            return Server(name, [[*lead, "-t", every]], f"main: all cores x{every}t", url)
+        assert models.draft is not None
+        main_cores, draft_cores = cores_text(spec.main_cores, ""), cores_text(spec.draft_cores, "")
+        lead += ["-t", str(models.threads), *(["--pin", f"{main_cores}:"] if main_cores else [])]
+        back = [
+            *duo, "back", "-m", str(models.draft), "--lead", url, "-t", str(models.draft_threads),
+            "-c", ctx, *(["--pin", draft_cores] if draft_cores else []),
+        ]  # fmt: skip
+        devices = f"main: cores {main_cores or 'all'}; back: cores {draft_cores or 'all'}"
+        return Server(name, [lead, back], devices, url)
+    server = [
+        str(find_bin(bin_dir, "llama-server")), "-m", str(models.main), "--host", "127.0.0.1",
+        "--port", str(port), "-np", str(slots), "-c", str(models.n_ctx * slots), "-t", every,
+        "--kv-unified", "-tb", every, "-ngl", str(models.n_gpu_layers), "--no-webui",
+    ]  # fmt: skip
+    devices = f"main: all cores x{every}t (llama.cpp)"
+    if name == "llama-server+md":
+        assert models.draft is not None
+        server += [
+            "-md", str(models.draft), "--spec-type", "draft-simple", "--spec-draft-n-max",
+            str(spec.draft_max), "-td", every, "-ngld", str(models.n_gpu_layers_draft),
+        ]  # fmt: skip
+        devices = f"main + draft: all cores x{every}t (llama.cpp)"
+    if name == "llama-server+ngram":
+        server += ["--spec-type", "ngram-mod", *ngram_flags("ngram-mod", spec.draft_max)]
+    return Server(name, [server], devices, url)
