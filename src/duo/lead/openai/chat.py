@@ -124,8 +124,11 @@ class ChatRequest(Sampling, kw_only=True):
     ] = None
     parallel_tool_calls: Annotated[
         bool | None,
-        Meta(description="with tool_choice required or a function: several calls may come"),
-    ] = False
+        Meta(
+            description="with tool_choice required or a function: several calls may come "
+            "(unset: one, as llama-server)"
+        ),
+    ] = None
     functions: Annotated[Any, Meta(extra_json_schema={"deprecated": True})] = None
     function_call: Annotated[Any, Meta(extra_json_schema={"deprecated": True})] = None
     logprobs: Annotated[bool | None, Meta(description="the logprobs of each generated token")] = (
