@@ -7,10 +7,10 @@
 "use strict";
 
 (function () {
-  const $ = (id) => document.getElementById(id);
+  const { $, load, save, fmt, setStatus, sseEvents } = window.duoUtil;
   const STORE = {
     chats: "duo.chats", current: "duo.current", settings: "duo.settings", key: "duo.key",
-    theme: "duo.theme", last: "duo.last",
+    theme: "duo.theme",
   };
   // Sampling settings: "" leaves a field to the lead's default.
   const DEFAULTS = {
@@ -24,25 +24,6 @@
   const sourceClasses = window.duoSources.classes;
   const WINDOW_MS = 500; // tok/s over the last half second, for the chart
   const MIN_SPAN_MS = 150; // a round's chunks arrive together: no rate over less than this
-
-  // -- storage -------------------------------------------------------------------------
-
-  function load(name, fallback) {
-    try {
-      const raw = localStorage.getItem(name);
-      return raw === null ? fallback : JSON.parse(raw);
-    } catch (e) {
-      return fallback;
-    }
-  }
-
-  function save(name, value) {
-    try {
-      localStorage.setItem(name, JSON.stringify(value));
-    } catch (e) {
-      /* full or disabled: the page still works, it just forgets */
-    }
-  }
 
   const state = {
     chats: load(STORE.chats, []),
@@ -321,10 +302,6 @@
 
   // -- statistics of a response -----------------------------------------------------------
 
-  function fmt(value, digits) {
-    return Number.isFinite(value) ? value.toFixed(digits) : "–";
-  }
-
   function stat(parent, name, text, value) {
     const item = document.createElement("span");
     item.className = "stat";
@@ -425,31 +402,6 @@
       `tok/s over the response: peak ${vMax.toFixed(0)}, ${end.toFixed(0)} at the end, over ${(tMax / 1000).toFixed(1)} s`);
     canvas.textContent = canvas.getAttribute("aria-label");
     return canvas;
-  }
-
-  // -- reading server-sent events over fetch (so that the key can go in a header) ----------
-
-  async function* sseEvents(response) {
-    const reader = response.body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return;
-      buffer += decoder.decode(value, { stream: true }).replace(/\r\n/g, "\n");
-      let cut;
-      while ((cut = buffer.indexOf("\n\n")) >= 0) {
-        const block = buffer.slice(0, cut);
-        buffer = buffer.slice(cut + 2);
-        let kind = "message";
-        const data = [];
-        for (const line of block.split("\n")) {
-          if (line.startsWith("event:")) kind = line.slice(6).trim();
-          else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
-        }
-        if (data.length) yield { kind, data: data.join("\n") };
-      }
-    }
   }
 
   function headers() {
@@ -661,123 +613,6 @@
     $("busy-note").hidden = !running;
   }
 
-  // -- the drafters panel: the lead's live feed ----------------------------------------------
-
-  function ago(seconds) {
-    if (!Number.isFinite(seconds)) return "–";
-    if (seconds < 1) return "now";
-    if (seconds < 90) return `${seconds.toFixed(0)} s ago`;
-    return `${(seconds / 60).toFixed(0)} min ago`;
-  }
-
-  function setStatus(text, kind) {
-    const el = $("status");
-    el.textContent = text;
-    el.className = "pill " + (kind || "");
-  }
-
-  function drawLead(s) {
-    $("model").textContent = s.model || $("model").textContent;
-    setStatus(s.busy ? (s.queued ? `busy, ${s.queued} queued` : "busy") : "idle", s.busy ? "busy" : "ok");
-    $("lead-state").textContent =
-      `${s.busy ? "generating" : "idle"} · queued ${s.queued} · requests ${s.requests} · local drafter ${s.local_drafter ? "yes" : "no"}`;
-    const tbody = $("backs").querySelector("tbody");
-    tbody.replaceChildren();
-    for (const b of s.backs) {
-      const tr = document.createElement("tr");
-      tr.dataset.back = b.name;
-      tr.dataset.id = String(b.id);
-      const cells = [
-        ["who", b.name],
-        ["host", b.host],
-        ["acceptance", b.drafted ? `${fmt(100 * b.acceptance_rate, 0)}% (${b.accepted}/${b.drafted})` : "–"],
-        ["rate", fmt(b.drafts_per_second, 1)],
-        ["seen", ago(s.time - b.last_seen)],
-      ];
-      for (const [cls, text] of cells) {
-        const td = document.createElement("td");
-        td.className = cls;
-        td.textContent = text;
-        tr.appendChild(td);
-      }
-      const swatch = document.createElement("span");
-      swatch.className = "swatch " + sourceClasses(b.source);
-      tr.firstChild.prepend(swatch);
-      const model = document.createElement("span");
-      model.className = "model";
-      model.textContent = b.model || "model not told";
-      tr.firstChild.appendChild(model);
-      tbody.appendChild(tr);
-    }
-    $("no-backs").hidden = s.backs.length > 0;
-    $("backs").hidden = s.backs.length === 0;
-    $("drafters").classList.remove("stale");
-  }
-
-  // The feed dropped: what the panel shows is from before, and says so.
-  function markStale() {
-    const panel = $("drafters");
-    if (panel.classList.contains("stale")) return;
-    panel.classList.add("stale");
-    $("lead-state").textContent = "lead unreachable: the figures below are from before it went away";
-    for (const td of document.querySelectorAll("#backs td.seen")) td.textContent = "–";
-  }
-
-  const VERBS = { join: "joined", leave: "left", present: "connected" };
-
-  function logEvent(kind, back) {
-    const li = document.createElement("li");
-    li.className = kind;
-    li.dataset.back = back.name;
-    const when = new Date().toLocaleTimeString();
-    li.textContent = `${when} ${back.name} ${VERBS[kind]} (${back.host}${back.model ? ", " + back.model : ""})`;
-    const log = $("feed-log");
-    log.prepend(li);
-    while (log.children.length > 30) log.lastChild.remove();
-  }
-
-  function drawLastResponse(t) {
-    const sources = Object.entries(t.draft_sources || {})
-      .map(([name, x]) => `${label(name)} ${x.draft_n_accepted}/${x.draft_n}`)
-      .join(", ");
-    const text =
-      `${t.predicted_n} tokens at ${fmt(t.predicted_per_second, 1)} tok/s, acceptance ${fmt(100 * t.acceptance_rate, 0)}%` +
-      (sources ? ` (${sources})` : "");
-    $("last-response").textContent = text;
-    save(STORE.last, { text, at: new Date().toLocaleTimeString() });
-  }
-
-  async function follow() {
-    let delay = 500;
-    for (;;) {
-      try {
-        const response = await fetch("/v1/duo/events", { headers: headers() });
-        if (response.status === 401) {
-          setStatus("needs a key", "bad");
-          await new Promise((r) => setTimeout(r, 2000));
-          continue;
-        }
-        if (!response.ok) throw new Error(`HTTP ${response.status}`);
-        delay = 500;
-        let first = true;
-        for await (const ev of sseEvents(response)) {
-          const data = JSON.parse(ev.data);
-          if (ev.kind === "state" && first) for (const b of data.backs) logEvent("present", b);
-          if (ev.kind === "state") first = false;
-          if (ev.kind === "state") drawLead(data);
-          else if (ev.kind === "join" || ev.kind === "leave") logEvent(ev.kind, data.back);
-          else if (ev.kind === "response") drawLastResponse(data.timings);
-        }
-      } catch (e) {
-        /* the lead went away: try again */
-      }
-      setStatus("lead unreachable", "bad");
-      markStale();
-      await new Promise((r) => setTimeout(r, delay));
-      delay = Math.min(delay * 2, 8000);
-    }
-  }
-
   // -- wiring ----------------------------------------------------------------------------------
 
   function bindSettings() {
@@ -828,8 +663,7 @@
       if (file) importChats(file);
       $("import-file").value = "";
     });
-    const last = load(STORE.last, null);
-    if (last && last.text) $("last-response").textContent = `${last.text} (at ${last.at}, before this page loaded)`;
+    window.duoPanel.restoreLast();
     $("new-chat").addEventListener("click", () => {
       if (state.running) return;
       state.current = null;
@@ -866,7 +700,7 @@
     });
     drawChat();
     checkKey();
-    follow();
+    window.duoPanel.follow(headers);
   }
 
   start();
