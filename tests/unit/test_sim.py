@@ -19,6 +19,7 @@ from duo.bench.projections import (
 )
 from duo.bench.sim import (
     DRAFTER,
+    FANOUT_HIT,
     RIGHT,
     WRONG,
     Drafter,
@@ -457,3 +458,40 @@ def test_seed_links_never_gain_from_a_longer_link() -> None:
         assert len(speeds) == len(LINKS)
         assert all(v > target for v in speeds), "a back on its own host beats the main model"
         assert speeds[-1] <= speeds[0] * 1.02  # a far link never helps (within the replay's grain)
+
+
+# -- fan-out (assumption 9) ----------------------------------------------------------------
+
+
+def test_fanout_answers_rejections_only_with_branches_made_and_never_costs_a_fast_drafter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A drafter 50x faster than the main model is max_ahead ahead every round: it branches
+    while it would idle, and a branch spares it the catch-up after some rejections."""
+    made: list[Drafter] = []
+    init = Drafter.__init__
+
+    def keep(self: Drafter, *a: object, **kw: object) -> None:
+        init(self, *a, **kw)  # type: ignore[arg-type]
+        made.append(self)
+
+    monkeypatch.setattr(Drafter, "__init__", keep)
+    profile = flat(main_ms=100.0, draft_ms=2.0)
+    t = geometric(0.7)
+    plain = simulate_async(t, profile, 8, max_ahead=6, policy="fixed")
+    assert made[-1].adopted == 0
+    branched = simulate_async(t, profile, 8, max_ahead=6, policy="fixed", fanout=2)
+    adopted = made[-1].adopted
+    assert 0 < adopted < branched.rounds * FANOUT_HIT  # some rejections, at most the rate
+    assert branched.tokens_per_second > plain.tokens_per_second
+    again = simulate_async(t, profile, 8, max_ahead=6, policy="fixed", fanout=2)
+    assert again.tokens_per_second == branched.tokens_per_second  # deterministic
+
+
+def test_a_drafter_that_never_idles_never_branches() -> None:
+    """Slower than the main model: never max_ahead ahead, so fan-out changes nothing."""
+    profile = flat(main_ms=10.0, draft_ms=30.0)
+    t = geometric(0.7)
+    plain = simulate_async(t, profile, 8, max_ahead=12, policy="fixed")
+    branched = simulate_async(t, profile, 8, max_ahead=12, policy="fixed", fanout=4)
+    assert branched.tokens_per_second == plain.tokens_per_second

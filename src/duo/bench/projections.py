@@ -67,12 +67,15 @@ def project_bench(
     k: int,
     max_ahead: int,
     policy: str,
+    fanout: int = 0,
 ) -> list[Projection]:
     """Every mode, projected with `profile`, next to what the bench measured (if it did)."""
     trace = bench_trace(report)
     out = []
     for mode in SIM_MODES:
-        result = simulate(mode, trace, profile, k=k, max_ahead=max_ahead, policy=policy)
+        result = simulate(
+            mode, trace, profile, k=k, max_ahead=max_ahead, policy=policy, fanout=fanout
+        )
         measured = _mode(report, mode)
         speed = None if measured is None else float(measured["tokens_per_second"])
         out.append(Projection(mode, result.tokens_per_second, speed))
@@ -84,7 +87,9 @@ def project_bench(
     for label, rtt, measured_speed in link_runs(report):
         # the link's delay each way, on top of what loopback already costs a message
         far = replace(profile, network_latency_ms=profile.network_latency_ms + rtt / 2)
-        result = simulate("lead+back", trace, far, k=k, max_ahead=max_ahead, policy=policy)
+        result = simulate(
+            "lead+back", trace, far, k=k, max_ahead=max_ahead, policy=policy, fanout=fanout
+        )
         out.append(Projection(label, result.tokens_per_second, measured_speed))
     out += remote_draft_projections(report)
     return out
@@ -152,6 +157,7 @@ def project_seeds(
     max_ahead: int,
     policy: str,
     free: tuple[list[list[int]], float, float] | None = None,
+    fanout: int = 0,
 ) -> list[SeedProjection]:
     out = []
     for seed in SEEDS:
@@ -164,7 +170,13 @@ def project_seeds(
                 simulate_target(trace, p).tokens_per_second,
                 simulate_sync(trace, p, seed_k).tokens_per_second,
                 simulate(
-                    seed.mode, trace, p, k=seed_k, max_ahead=max_ahead, policy=policy
+                    seed.mode,
+                    trace,
+                    p,
+                    k=seed_k,
+                    max_ahead=max_ahead,
+                    policy=policy,
+                    fanout=fanout,
                 ).tokens_per_second,
                 None if free is None else simulate_free(free[0], p, free[1]).tokens_per_second,
             )
@@ -177,7 +189,7 @@ LINKS = (("1 GbE", 0.2, 125e6), ("Wi-Fi", 5.0, 30e6), ("WAN", 50.0, 12.5e6))
 
 
 def project_seed_links(
-    trace: Trace, *, k: int, max_ahead: int, policy: str
+    trace: Trace, *, k: int, max_ahead: int, policy: str, fanout: int = 0
 ) -> list[tuple[SeedSetup, int, float, list[float]]]:
     """Each seed's devices as a lead and a back on two hosts (no contention between the
     models), across each of LINKS: (setup, k, the main model alone, lead+back per link)."""
@@ -193,6 +205,7 @@ def project_seed_links(
                 k=seed_k,
                 max_ahead=max_ahead,
                 policy=policy,
+                fanout=fanout,
             ).tokens_per_second
             for _, rtt, rate in LINKS
         ]

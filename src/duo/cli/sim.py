@@ -23,7 +23,7 @@ from duo.bench.projections import (
     seeds_table,
 )
 from duo.bench.trace import check_k
-from duo.cli.args import client_counts, positive
+from duo.cli.args import client_counts, non_negative, positive
 from duo.errors import UsageError
 
 
@@ -48,6 +48,14 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     p.add_argument("--policy", choices=("adaptive", "fixed"), help="default: the bench's")
     p.add_argument("--max-ahead", type=positive, metavar="N", help="default: the bench's")
     p.add_argument(
+        "--fanout",
+        type=non_negative,
+        default=0,
+        metavar="F",
+        help="the async drafter's branches (duo generate --fanout), as the simulator models "
+        "them (default 0)",
+    )
+    p.add_argument(
         "--clients",
         type=client_counts,
         metavar="1,2,4",
@@ -71,7 +79,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
         f"acceptance trace: {len(trace.lengths)} sync rounds at k={trace.k} from {args.bench} "
         f"(acceptance rate {accept:.2f}); k={k}, max_ahead={max_ahead}, policy={policy}"
     )
-    out: dict[str, Any] = {"bench": args.bench, "k": k, "max_ahead": max_ahead, "policy": policy}
+    out: dict[str, Any] = {
+        "bench": args.bench, "k": k, "max_ahead": max_ahead, "policy": policy,
+        "fanout": args.fanout,
+    }  # fmt: skip
     if args.clients:
         profiles = (
             [s.profile for s in SEEDS]
@@ -83,10 +94,17 @@ def cmd_sim(args: argparse.Namespace) -> int:
     elif args.profile == "seeds":
         print("acceptance on the seed hardware: this machine's pair (above), not the seeds' models")
         seeds = project_seeds(
-            trace, k=k, max_ahead=max_ahead, policy=policy, free=free_rounds(report)
+            trace,
+            k=k,
+            max_ahead=max_ahead,
+            policy=policy,
+            free=free_rounds(report),
+            fanout=args.fanout,
         )
         print(seeds_table(seeds))
-        links = project_seed_links(trace, k=k, max_ahead=max_ahead, policy=policy)
+        links = project_seed_links(
+            trace, k=k, max_ahead=max_ahead, policy=policy, fanout=args.fanout
+        )
         print("\nlead+back with the back on another host, across a link (tok/s):")
         print(seed_links_table(links))
         out["seed_links"] = [
@@ -109,7 +127,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
         ]
     else:
         profile = _profile(args.profile, report)
-        rows = project_bench(report, profile, k=k, max_ahead=max_ahead, policy=policy)
+        rows = project_bench(
+            report, profile, k=k, max_ahead=max_ahead, policy=policy, fanout=args.fanout
+        )
         if args.profile != "bench":  # measured here, not on that hardware
             rows = [replace(r, measured=None) for r in rows]
         print(f"profile: {profile.name}: {profile.note}")
