@@ -70,6 +70,7 @@ def test_duo_sim_projects_every_mode_of_a_bench_run(
     by_mode = {m["mode"]: m for m in report["modes"]}
     assert list(by_mode) == list(MODES)
     assert by_mode["lead+back"]["wire_bytes_per_token"] > 0
+    assert by_mode["lead+back"]["wire_messages_per_round"] >= 1  # a commit, at least
     assert by_mode["lead+back"]["lead_cpu_ms_per_token"] > 0
 
     projections = project(report)

@@ -24,6 +24,7 @@ class ModeResult:
     pass_ms_per_token: float | None = None
     outside_pass_ms_per_token: float | None = None
     wire_bytes_per_token: float | None = None
+    wire_messages_per_round: float | None = None  # lead+back: drafter-channel frames, both ways
     # rounds after a rejection, and the fraction of them (and of those after a full
     # acceptance) that found a usable draft ready when planned; None without drafts
     rounds_after_rejection: int = 0

@@ -175,7 +175,8 @@ class LeadBack(Runner):
             self.client = httpx.Client(base_url=url, timeout=600)
             _complete(self.client, prompts[-1], min(n, 16), sampling)  # warm-up
             self.bytes_before = _wire_bytes(self.client)
-            self.tokens = 0
+            self.frames_before = _metric(self.client, FRAMES)
+            self.tokens = self.rounds = 0
             self.lead_cpu: float | None = 0.0
         except BaseException:
             self._stop()
@@ -196,13 +197,17 @@ class LeadBack(Runner):
         else:
             self.lead_cpu = None
         self.tokens += stats.tokens
+        self.rounds += stats.rounds
         return stats, ttft
 
     def extras(self) -> dict[str, Any]:
         if not self.tokens:
             return {}
         wire = _wire_bytes(self.client) - self.bytes_before
+        frames = _metric(self.client, FRAMES) - self.frames_before
         out: dict[str, Any] = {"wire_bytes_per_token": wire / self.tokens}
+        if self.rounds:
+            out["wire_messages_per_round"] = frames / self.rounds
         if self.lead_cpu is not None:
             out["lead_cpu_ms_per_token"] = 1000 * max(0.0, self.lead_cpu) / self.tokens
         return out
@@ -329,6 +334,7 @@ def _cpu_seconds(pid: int) -> float | None:
 
 
 WIRE = ("duo_wire_bytes_sent_total", "duo_wire_bytes_received_total")
+FRAMES = ("duo_wire_frames_sent_total", "duo_wire_frames_received_total")
 DECODE_CPU = ("duo_main_decode_cpu_seconds_total",)
 
 

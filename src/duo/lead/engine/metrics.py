@@ -107,6 +107,18 @@ class Metrics:
                 wire.bytes_in,
             ),
             (
+                "wire_frames_sent_total",
+                "counter",
+                "Drafter channel messages (WebSocket frames) sent by the lead.",
+                wire.frames_out,
+            ),
+            (
+                "wire_frames_received_total",
+                "counter",
+                "Drafter channel messages (WebSocket frames) received.",
+                wire.frames_in,
+            ),
+            (
                 "wire_bytes_per_token",
                 "gauge",
                 "Drafter channel bytes (both ways) per generated token.",
