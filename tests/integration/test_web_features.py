@@ -245,3 +245,34 @@ def test_axe_finds_no_violations(lead: tuple[Proc, str], browser: Browser, schem
     page.evaluate("() => document.body.appendChild(document.createElement('img'))")
     result = page.evaluate("() => axe.run(document, {resultTypes: ['violations']})")
     assert "image-alt" in [v["id"] for v in result["violations"]]
+
+
+def test_code_blocks_get_syntax_colours_under_the_pages_policy(
+    lead: tuple[Proc, str], browser: Browser
+) -> None:
+    """prism.js loads under the page's Content-Security-Policy, highlights nothing by
+    itself, and colours a code block's tokens with the text still text."""
+    _, url = lead
+    w = page_at(browser, url)
+    page = w.page
+    page.wait_for_function("() => window.duoMarkdown && window.Prism")
+    found = page.evaluate(
+        """() => {
+            const text = "```python\\ndef f(x):\\n    return 'hi'  # <b>x</b>\\n```";
+            const leaf = (p, s, e) => p.appendChild(document.createTextNode(text.slice(s, e)));
+            const node = window.duoMarkdown.render(text, leaf, () => document.createElement("b"));
+            document.body.appendChild(node);
+            const code = document.body.lastChild.querySelector("code");
+            return {
+                manual: window.Prism.manual,
+                keyword: code.querySelector(".token.keyword").textContent,
+                colour: getComputedStyle(code.querySelector(".token.keyword")).color,
+                text: code.textContent,
+                tags: code.querySelectorAll("b").length,
+            };
+        }"""
+    )
+    assert found["manual"] is True
+    assert found["keyword"] == "def" and found["colour"] == "rgb(139, 26, 137)"
+    assert found["text"] == "def f(x):\n    return 'hi'  # <b>x</b>" and found["tags"] == 0
+    assert w.errors == []

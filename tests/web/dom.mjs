@@ -116,11 +116,15 @@ export const document = {
 };
 
 // Run a script of the page (a file in STATIC) and return its `window`.
-export function load(name) {
-  const url = new URL(name, STATIC);
-  const window = {};
+// The page's scripts, run in order in one context (a `window` of their own); Prism is
+// told not to highlight the document by itself, as the page's data-manual tells it.
+export function load(...names) {
+  const window = names.includes("prism.js") ? { Prism: { manual: true } } : {};
   const context = vm.createContext({ window, document });
-  vm.runInContext(readFileSync(url, "utf8"), context, { filename: url.pathname });
+  for (const name of names) {
+    const url = new URL(name, STATIC);
+    vm.runInContext(readFileSync(url, "utf8"), context, { filename: url.pathname });
+  }
   return window;
 }
 

@@ -290,3 +290,38 @@ describe("the text shown is ranges of the source", () => {
     }
   });
 });
+
+describe("syntax colours, with prism.js loaded as the page loads it", () => {
+  const withPrism = load("prism.js", "markdown.js");
+  const colour = (text) => {
+    const leaves = [];
+    const leaf = (parent, start, end) => {
+      leaves.push([start, end]);
+      parent.appendChild(document.createTextNode(text.slice(start, end)));
+    };
+    return { out: html(withPrism.duoMarkdown.render(text, leaf, copyButton)), leaves };
+  };
+
+  test("a known language gets Prism's token classes, its text unchanged", () => {
+    const text = '```python\ndef f(x):\n    return "a" + 1  # sum\n```';
+    const { out, leaves } = colour(text);
+    assert.match(out, /<span class="token keyword">def<\/span>/);
+    assert.match(out, /<span class="token string">&quot;a&quot;<\/span>/);
+    assert.match(out, /<span class="token number">1<\/span>/);
+    assert.match(out, /<span class="token comment"># sum<\/span>/);
+    // the leaves cover the body exactly once, in order
+    const body = text.slice(text.indexOf("\n") + 1, text.lastIndexOf("\n"));
+    assert.equal(leaves.map(([a, b]) => text.slice(a, b)).join(""), body);
+  });
+
+  test("model text in a highlighted block stays text", () => {
+    const { out } = colour('```html\n<script>alert(1)</script><img src=x onerror="alert(2)">\n```');
+    assert.ok(!out.includes("<script>") && !out.includes("<img"));
+    assert.match(out, /&lt;/);
+  });
+
+  test("an unknown language, or none, stays plain", () => {
+    assert.equal(colour("```klingon\nqapla'\n```").out, block("klingon", "qapla'"));
+    assert.equal(colour("```\nx = 1\n```").out, block("code", "x = 1"));
+  });
+});

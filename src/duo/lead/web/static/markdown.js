@@ -2,7 +2,8 @@
 //
 // Model text is untrusted: every character of it reaches the page through a text node
 // (document.createTextNode), so `<script>` or `<img onerror=...>` stays text. Supported:
-// fenced code blocks (with a copy button), headings, bullet and numbered lists, quotes,
+// fenced code blocks (with a copy button, and syntax colours where prism.js knows the
+// language), headings, bullet and numbered lists, quotes,
 // rules, paragraphs, `code`, **bold**, *italic*. Links stay text.
 //
 // Every piece of visible text is a range of the source string, so the caller can colour
@@ -67,6 +68,44 @@
     }
   }
 
+  // text[start:end], a code block's body, into `code`: in spans of Prism's token classes
+  // where Prism (prism.js) knows the language, each piece still shown by `leaf`; as plain
+  // leaves where it does not. Prism only splits the text (Prism.tokenize): it never writes
+  // HTML here.
+  function highlighted(code, text, start, end, lang, leaf) {
+    const prism = (typeof window !== "undefined" && window.Prism) || null;
+    const grammar = prism && lang ? prism.languages[lang.toLowerCase()] : null;
+    if (!grammar) {
+      leaf(code, start, end);
+      return;
+    }
+    for (const [a, b, types] of tokenRanges(prism.tokenize(text.slice(start, end), grammar))) {
+      if (!types.length) {
+        leaf(code, start + a, start + b);
+        continue;
+      }
+      const span = el("span", "token " + types.join(" "));
+      leaf(span, start + a, start + b);
+      code.appendChild(span);
+    }
+  }
+
+  // Prism's token stream as [start, end, [type, alias, ...]] ranges of its text.
+  function tokenRanges(tokens, at = 0, types = [], out = []) {
+    for (const t of Array.isArray(tokens) ? tokens : [tokens]) {
+      if (typeof t === "string") {
+        if (t) out.push([at, at + t.length, types]);
+        at += t.length;
+        continue;
+      }
+      const inner = types.concat([t.type], t.alias ? [].concat(t.alias) : []);
+      const before = out.length;
+      tokenRanges(t.content, at, inner, out);
+      at = out.length > before ? out[out.length - 1][1] : at;
+    }
+    return out;
+  }
+
   function codeBlock(text, rows, i, leaf, copy) {
     const open = FENCE.exec(text.slice(rows[i].start, rows[i].end));
     const wrap = el("div", "code");
@@ -81,9 +120,8 @@
     for (; j < rows.length; j++) {
       const row = text.slice(rows[j].start, rows[j].end);
       if (/^ {0,3}(```|~~~)\s*$/.test(row) && row.trim()[0] === open[1][0]) break;
-      if (j > i + 1) code.appendChild(document.createTextNode("\n"));
-      leaf(code, rows[j].start, rows[j].end);
     }
+    if (j > i + 1) highlighted(code, text, rows[i + 1].start, rows[j - 1].end, open[2], leaf);
     bar.appendChild(copy(() => code.textContent));
     wrap.append(bar, pre);
     return { node: wrap, next: j + 1 };
