@@ -107,6 +107,15 @@ class Element extends Node {
   insertAdjacentHTML() {
     parsesHtml();
   }
+
+  // Attributes are plain strings (no HTML parsing): the page sets a link's href so.
+  setAttribute(name, value) {
+    this.attributes = Object.assign(this.attributes || {}, { [name]: String(value) });
+  }
+
+  getAttribute(name) {
+    return this.attributes && name in this.attributes ? this.attributes[name] : null;
+  }
 }
 
 export const document = {
@@ -145,6 +154,7 @@ export function html(node) {
   const tag = node.tagName.toLowerCase();
   let attrs = node.className ? ` class="${escape(node.className)}"` : "";
   if (node.start !== undefined) attrs += ` start="${node.start}"`;
+  for (const [name, value] of Object.entries(node.attributes || {})) attrs += ` ${name}="${escape(value)}"`;
   return VOID.has(node.tagName) ? `<${tag}${attrs}>` : `<${tag}${attrs}>${inner}</${tag}>`;
 }
 

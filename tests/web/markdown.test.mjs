@@ -195,12 +195,20 @@ describe("quotes and rules", () => {
   ]);
 });
 
-describe("links and images stay text", () => {
+describe("links: to http(s) only, the rest stays text", () => {
+  test("a link to an https address", () => {
+    const { root } = rendered("see [the docs](https://example.com/a?b=1) now");
+    assert.equal(
+      html(root),
+      '<p>see <a href="https://example.com/a?b=1" target="_blank" rel="noopener noreferrer nofollow">the docs</a> now</p>',
+    );
+  });
   const refused = [
-    "[click](https://example.com)",
     "![image](https://example.com/x.png)",
     "<https://example.com>",
     "[x](javascript:alert(1))",
+    "[x](data:text/html,<b>hi</b>)",
+    "[x](//example.com)",
     "https://example.com/a_b_c",
   ];
   for (const text of refused) {
@@ -210,6 +218,28 @@ describe("links and images stay text", () => {
       assert.deepEqual(elements(root).map((e) => e.tagName), ["P"]);
     });
   }
+});
+
+describe("pipe tables", () => {
+  test("a header, a rule, rows; cells keep their inline marks", () => {
+    const text = "| mode | tok/s |\n|---|---:|\n| **async** | 26.0 |\n| sync | 17.3 |\nafter";
+    assert.equal(
+      md(text),
+      '<div class="table"><table><thead><tr><th>mode</th><th>tok/s</th></tr></thead>' +
+        "<tbody><tr><td><strong>async</strong></td><td>26.0</td></tr>" +
+        "<tr><td>sync</td><td>17.3</td></tr></tbody></table></div><p>after</p>",
+    );
+  });
+  test("outer pipes optional, an escaped pipe is text", () => {
+    assert.equal(
+      md("a | b\n--- | ---\nx \\| y | z"),
+      '<div class="table"><table><thead><tr><th>a</th><th>b</th></tr></thead>' +
+        "<tbody><tr><td>x \\| y</td><td>z</td></tr></tbody></table></div>",
+    );
+  });
+  test("a pipe without a rule under it is a paragraph", () => {
+    assert.equal(md("a | b\nc | d"), "<p>a | b\nc | d</p>");
+  });
 });
 
 describe("HTML in model text stays text", () => {

@@ -3,8 +3,9 @@
 // Model text is untrusted: every character of it reaches the page through a text node
 // (document.createTextNode), so `<script>` or `<img onerror=...>` stays text. Supported:
 // fenced code blocks (with a copy button, and syntax colours where prism.js knows the
-// language), headings, bullet and numbered lists, quotes,
-// rules, paragraphs, `code`, **bold**, *italic*. Links stay text.
+// language), headings, bullet and numbered lists, quotes, pipe tables, rules, paragraphs,
+// `code`, **bold**, *italic*, and [links](https://...) to http(s) addresses only (any other
+// scheme stays text), which open in a new tab without the page as their opener.
 //
 // Every piece of visible text is a range of the source string, so the caller can colour
 // ranges: `leaf(parent, start, end)` is called for each, and decides how to show it.
@@ -16,8 +17,10 @@
   const ITEM = /^(\s*)([-*+]|\d{1,9}[.)])\s+/;
   const QUOTE = /^ {0,3}>\s?/;
   const RULE = /^ {0,3}([-*_])(\s*\1){2,}\s*$/;
+  const TABLE_RULE = /^ {0,3}\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$/;
   const INLINE = [
     { re: /`([^`\n]+)`/, tag: "code" },
+    { re: /(?<!!)\[([^\]\n]+)\]\((https?:\/\/[^\s()<>"]+)\)/, tag: "a" },
     { re: /\*\*([^*\n]+?)\*\*/, tag: "strong" },
     { re: /__([^_\n]+?)__/, tag: "strong" },
     { re: /(?<![\w*])\*([^*\s][^*\n]*?)\*(?![\w*])/, tag: "em" },
@@ -60,6 +63,11 @@
       const { m, rule } = best;
       if (m.index > 0) leaf(parent, start, start + m.index);
       const node = el(rule.tag);
+      if (rule.tag === "a") {
+        node.setAttribute("href", m[2]); // an attribute's text: never parsed as HTML
+        node.setAttribute("target", "_blank");
+        node.setAttribute("rel", "noopener noreferrer nofollow");
+      }
       const innerStart = start + m.index + m[0].indexOf(m[1]);
       if (rule.tag === "code") leaf(node, innerStart, innerStart + m[1].length);
       else inline(text, node, innerStart, innerStart + m[1].length, leaf);
@@ -127,6 +135,56 @@
     return { node: wrap, next: j + 1 };
   }
 
+  // The cells of a table row text[start:end]: [start, end] of each, trimmed, the outer
+  // pipes left out; a pipe after a backslash is text.
+  function cells(text, start, end) {
+    const out = [];
+    let from = start;
+    const push = (a, b) => {
+      while (a < b && /\s/.test(text[a])) a++;
+      while (b > a && /\s/.test(text[b - 1])) b--;
+      out.push([a, b]);
+    };
+    for (let at = start; at < end; at++) {
+      if (text[at] === "|" && text[at - 1] !== "\\") {
+        push(from, at);
+        from = at + 1;
+      }
+    }
+    push(from, end);
+    if (text.slice(start, end).trim().startsWith("|")) out.shift();
+    if (text.slice(start, end).trim().endsWith("|") && out.length > 1) out.pop();
+    return out;
+  }
+
+  function table(text, rows, i, leaf) {
+    const node = el("table");
+    const head = el("thead");
+    const tr = el("tr");
+    for (const [a, b] of cells(text, rows[i].start, rows[i].end)) {
+      const th = el("th");
+      inline(text, th, a, b, leaf);
+      tr.appendChild(th);
+    }
+    head.appendChild(tr);
+    node.appendChild(head);
+    const body = el("tbody");
+    let j = i + 2;
+    for (; j < rows.length && text.slice(rows[j].start, rows[j].end).includes("|"); j++) {
+      const row = el("tr");
+      for (const [a, b] of cells(text, rows[j].start, rows[j].end)) {
+        const td = el("td");
+        inline(text, td, a, b, leaf);
+        row.appendChild(td);
+      }
+      body.appendChild(row);
+    }
+    node.appendChild(body);
+    const wrap = el("div", "table");
+    wrap.appendChild(node);
+    return { node: wrap, next: j };
+  }
+
   // Render `text` into a DocumentFragment. leaf(parent, start, end) shows text[start:end];
   // copy(getText) makes a copy button.
   function render(text, leaf, copy) {
@@ -144,6 +202,14 @@
       if (FENCE.test(row)) {
         close();
         const block = codeBlock(text, rows, i, leaf, copy);
+        root.appendChild(block.node);
+        i = block.next;
+        continue;
+      }
+      const next = rows[i + 1] ? text.slice(rows[i + 1].start, rows[i + 1].end) : "";
+      if (row.includes("|") && TABLE_RULE.test(next) && next.includes("|")) {
+        close();
+        const block = table(text, rows, i, leaf);
         root.appendChild(block.node);
         i = block.next;
         continue;
