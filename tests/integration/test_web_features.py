@@ -276,3 +276,23 @@ def test_code_blocks_get_syntax_colours_under_the_pages_policy(
     assert found["keyword"] == "def" and found["colour"] == "rgb(139, 26, 137)"
     assert found["text"] == "def f(x):\n    return 'hi'  # <b>x</b>" and found["tags"] == 0
     assert w.errors == []
+
+
+def test_token_probabilities_on_hover(lead: tuple[Proc, str], browser: Browser) -> None:
+    _, url = lead
+    page = page_at(browser, url).page
+    settings(page, "0", "12")
+    page.check("#set-probs")
+    sent: list[dict[str, Any]] = []
+    chat(page, "Say hello.", sent)
+    assert (sent[0]["logprobs"], sent[0]["top_logprobs"]) == (True, 3)
+    pieces = page.locator(".msg.assistant .body .probs")
+    assert pieces.count() > 0
+    title = pieces.first.get_attribute("title") or ""
+    first = title.splitlines()[-1]  # [source name,] then one line per token
+    assert first.startswith('"') and "%" in first, title
+    # every piece of the answer has its tokens' figures, and the text is the answer's
+    text = page.locator(".msg.assistant .body").inner_text()
+    assert "".join(p.inner_text() for p in pieces.all()).strip() == text.strip()
+    page.reload()  # kept with the chat
+    assert page.locator(".msg.assistant .body .probs").count() == pieces.count()

@@ -15,7 +15,7 @@
   // Sampling settings: "" leaves a field to the lead's default.
   const DEFAULTS = {
     system: "", temperature: 0.8, max_tokens: 512, seed: "", top_p: "", top_k: "", min_p: "",
-    repeat_penalty: "", presence_penalty: "", frequency_penalty: "", stop: "",
+    repeat_penalty: "", presence_penalty: "", frequency_penalty: "", stop: "", probs: false,
   };
   const NUMBERS = { temperature: parseFloat, max_tokens: parseInt, seed: parseInt, top_p: parseFloat, top_k: parseInt,
     min_p: parseFloat, repeat_penalty: parseFloat, presence_penalty: parseFloat, frequency_penalty: parseFloat };
@@ -106,7 +106,7 @@
     const bounds = [];
     let at = 0;
     for (const s of segments) {
-      bounds.push({ start: at, end: at + s.text.length, source: s.source });
+      bounds.push({ start: at, end: at + s.text.length, source: s.source, probs: s.probs });
       at += s.text.length;
     }
     return function leaf(parent, start, end) {
@@ -123,11 +123,14 @@
         const stop = Math.min(end, b.end);
         if (stop <= start) continue;
         const piece = text.slice(start, stop);
-        if (b.source) {
+        if (b.source || b.probs) {
           const span = document.createElement("span");
-          span.className = sourceClasses(b.source);
-          span.dataset.source = b.source;
-          span.title = label(b.source);
+          if (b.source) {
+            span.className = sourceClasses(b.source);
+            span.dataset.source = b.source;
+          }
+          span.title = [b.source ? label(b.source) : "", b.probs || ""].filter(Boolean).join("\n");
+          if (b.probs) span.classList.add("probs");
           span.textContent = piece;
           parent.appendChild(span);
         } else {
@@ -136,6 +139,20 @@
         start = stop;
       }
     };
+  }
+
+  // A chunk's tokens with their probabilities, for its hover text: each token, how likely
+  // the main model found it, and its runners-up ("" without logprobs).
+  function tokenProbs(logprobs) {
+    const entries = logprobs && Array.isArray(logprobs.content) ? logprobs.content : [];
+    const pct = (lp) => `${(100 * Math.exp(lp)).toFixed(lp > -0.01 ? 0 : 1)}%`;
+    return entries
+      .map((e) => {
+        const others = (e.top_logprobs || []).filter((t) => t.token !== e.token).slice(0, 2);
+        const also = others.length ? ` (also ${others.map((t) => `${JSON.stringify(t.token)} ${pct(t.logprob)}`).join(", ")})` : "";
+        return `${JSON.stringify(e.token)} ${pct(e.logprob)}${also}`;
+      })
+      .join("\n");
   }
 
   function renderBody(body, message) {
@@ -471,6 +488,10 @@
       const value = parse(String(s[name]).trim());
       if (Number.isFinite(value) && !(name === "max_tokens" && value <= 0)) body[name] = value;
     }
+    if (s.probs) {
+      body.logprobs = true;
+      body.top_logprobs = 3;
+    }
     const stops = String(s.stop || "").split("\n").filter((x) => x.length);
     if (stops.length) body.stop = stops.slice(0, 4);
     return body;
@@ -569,7 +590,9 @@
           message.content += content;
           const last = message.segments[message.segments.length - 1];
           const kept = source === MAIN ? null : source;
-          if (last && last.source === kept) last.text += content;
+          const probs = tokenProbs(choice.logprobs);
+          if (probs) message.segments.push({ text: content, source: kept, probs });
+          else if (last && last.source === kept && !last.probs) last.text += content;
           else message.segments.push({ text: content, source: kept });
           arrivals.push([now, live.tokens]);
           while (arrivals.length > 2 && now - arrivals[1][0] >= WINDOW_MS) arrivals.shift();
@@ -616,7 +639,13 @@
   // -- wiring ----------------------------------------------------------------------------------
 
   function bindSettings() {
-    for (const name of Object.keys(DEFAULTS)) {
+    const probs = $("set-probs");
+    probs.checked = Boolean(state.settings.probs);
+    probs.addEventListener("change", () => {
+      state.settings.probs = probs.checked;
+      save(STORE.settings, state.settings);
+    });
+    for (const name of Object.keys(DEFAULTS).filter((n) => n !== "probs")) {
       const input = $("set-" + name.replace(/_/g, "-"));
       input.value = state.settings[name];
       input.addEventListener("input", () => {

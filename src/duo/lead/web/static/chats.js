@@ -39,7 +39,11 @@
         }
         const kept = { role: m.role, content: m.content };
         if (Array.isArray(m.segments) && m.segments.every((s) => s && typeof s.text === "string")) {
-          kept.segments = m.segments.map((s) => ({ text: s.text, source: typeof s.source === "string" ? s.source : null }));
+          kept.segments = m.segments.map((s) => {
+            const segment = { text: s.text, source: typeof s.source === "string" ? s.source : null };
+            if (typeof s.probs === "string") segment.probs = s.probs;
+            return segment;
+          });
         }
         if (typeof m.error === "string") kept.error = m.error;
         return kept;
