@@ -157,27 +157,25 @@
     return out;
   }
 
+  function tableRow(text, row, cellTag, leaf) {
+    const tr = el("tr");
+    for (const [a, b] of cells(text, row.start, row.end)) {
+      const cell = el(cellTag);
+      inline(text, cell, a, b, leaf);
+      tr.appendChild(cell);
+    }
+    return tr;
+  }
+
   function table(text, rows, i, leaf) {
     const node = el("table");
     const head = el("thead");
-    const tr = el("tr");
-    for (const [a, b] of cells(text, rows[i].start, rows[i].end)) {
-      const th = el("th");
-      inline(text, th, a, b, leaf);
-      tr.appendChild(th);
-    }
-    head.appendChild(tr);
+    head.appendChild(tableRow(text, rows[i], "th", leaf));
     node.appendChild(head);
     const body = el("tbody");
     let j = i + 2;
     for (; j < rows.length && text.slice(rows[j].start, rows[j].end).includes("|"); j++) {
-      const row = el("tr");
-      for (const [a, b] of cells(text, rows[j].start, rows[j].end)) {
-        const td = el("td");
-        inline(text, td, a, b, leaf);
-        row.appendChild(td);
-      }
-      body.appendChild(row);
+      body.appendChild(tableRow(text, rows[j], "td", leaf));
     }
     node.appendChild(body);
     const wrap = el("div", "table");
