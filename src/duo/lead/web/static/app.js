@@ -656,7 +656,7 @@
   }
 
   // A toggle button that shows and hides a panel, saying which it is (aria-expanded).
-  function toggle(button, panel, shown, show) {
+  function toggle(button, shown, show) {
     button.setAttribute("aria-expanded", String(shown()));
     button.addEventListener("click", () => {
       show(!shown());
@@ -676,9 +676,9 @@
   function start() {
     bindSettings();
     const settings = $("settings");
-    toggle($("show-settings"), settings, () => !settings.hidden, (on) => (settings.hidden = !on));
+    toggle($("show-settings"), () => !settings.hidden, (on) => (settings.hidden = !on));
     for (const [button, panel] of [[$("show-chats"), $("chats")], [$("show-drafters"), $("drafters")]]) {
-      toggle(button, panel, () => panel.classList.contains("open"), (on) => panel.classList.toggle("open", on));
+      toggle(button, () => panel.classList.contains("open"), (on) => panel.classList.toggle("open", on));
     }
     setTheme(THEMES.includes(load(STORE.theme, "auto")) ? load(STORE.theme, "auto") : "auto");
     $("theme").addEventListener("click", () => {
