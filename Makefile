@@ -72,7 +72,7 @@ unit: setup
 # One worker per core, each taking whole test files (a file's shared leads and sessions are
 # made once), the integration files first and the many short unit files last.
 test: lint models coder browser node net
-	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=15
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
