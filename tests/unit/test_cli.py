@@ -121,7 +121,7 @@ def test_a_broken_chat_template_is_refused_when_given(
 
 def test_the_lead_hints_the_back_command_with_the_key_it_needs() -> None:
     from duo.auth import Keys
-    from duo.cli.serve import back_hint
+    from duo.cli.lead import back_hint
 
     url = "http://h:5555"
     assert back_hint(url, Keys()) == f"drafters: duo back --lead {url}"
@@ -130,7 +130,7 @@ def test_the_lead_hints_the_back_command_with_the_key_it_needs() -> None:
 
 
 def test_cors_origins_are_checked() -> None:
-    from duo.cli.serve import cors_origins
+    from duo.cli.lead import cors_origins
 
     assert cors_origins("*") == ("*",)
     assert cors_origins("https://a.example/, http://localhost:3000") == (

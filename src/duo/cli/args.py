@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 from duo.cli.hub import add_hub_args
 from duo.cli.progress import Spinner
+from duo.cli.values import non_negative, positive, proportions
 from duo.core.sampling import SamplingParams
 from duo.errors import UsageError
-from duo.llama.backend import CACHE_TYPES, MAX_DEVICES, SPLIT_MODES, Split
+from duo.llama.backend import CACHE_TYPES, SPLIT_MODES, Split
 from duo.llama.models import PAIRS
 from duo.llama.rpc import ALL_LAYERS, Placement, setup_rpc
 from duo.llama.vocab import check_chat_template
@@ -24,35 +23,6 @@ from duo.session.config import (
     parse_spec_types,
     resolve_models,
 )
-
-N = TypeVar("N", int, float)
-
-
-def positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def port(text: str) -> int:
-    value = positive(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"expected a port in 1..65535, got {value}")
-    return value
-
-
-def non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -348,65 +318,3 @@ def rpc_placement(args: argparse.Namespace) -> Placement:
         rpcd=getattr(args, "rpcd", None),
         n_gpu_layers_draft=draft_layers(args),
     )
-
-
-def _numbers(
-    text: str, kind: Callable[[str], N], example: str, low: N, high: N, bounds: str
-) -> list[N]:
-    """A comma-separated list of numbers between low and high (repeats dropped)."""
-    try:
-        values = list(dict.fromkeys(kind(v) for v in text.split(",")))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {example}, got {text!r}") from None
-    if not all(low <= v <= high for v in values):  # NaN too
-        raise argparse.ArgumentTypeError(bounds)
-    return values
-
-
-def fanouts(text: str) -> list[int]:
-    return _numbers(text, int, "settings like 0,2", 0, 16, "a fan-out is between 0 and 16 branches")
-
-
-def round_trips(text: str) -> list[float]:
-    bounds = "a round trip is between 0 and 10000 ms"
-    return _numbers(text, float, "milliseconds like 0,20", 0.0, 10_000.0, bounds)
-
-
-def _one(text: str, unit: str, example: str, high: float, bounds: str) -> float:
-    values = _numbers(text, float, f"{unit} like {example}", 0.0, high, bounds)
-    if len(values) != 1:
-        raise argparse.ArgumentTypeError(f"expected one number of {unit}, got {text!r}")
-    return values[0]
-
-
-def milliseconds(text: str) -> float:
-    return _one(text, "milliseconds", "5", 10_000.0, "a delay is between 0 and 10000 ms")
-
-
-def megabits(text: str) -> float:
-    rate = _one(text, "Mbit/s", "100", 100_000.0, "a rate is between 0 and 100000 Mbit/s")
-    if rate <= 0:
-        raise argparse.ArgumentTypeError("a rate is above 0 Mbit/s")
-    return rate
-
-
-def percent(text: str) -> float:
-    return _one(text, "percent", "1", 100.0, "a loss is between 0 and 100%")
-
-
-def proportions(text: str) -> tuple[float, ...]:
-    """-ts: shares per GPU, separated by commas or slashes (llama-server takes both)."""
-    try:
-        shares = tuple(float(v) for v in text.replace("/", ",").split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected shares like 3,1, got {text!r}") from None
-    if not all(0 <= v < float("inf") for v in shares) or not any(shares):
-        raise argparse.ArgumentTypeError("shares are numbers of 0 or more, not all 0")
-    if len(shares) > MAX_DEVICES:
-        raise argparse.ArgumentTypeError(f"at most {MAX_DEVICES} shares (llama.cpp's devices)")
-    return shares
-
-
-def client_counts(text: str) -> list[int]:
-    bounds = "client counts must be between 1 and 64"
-    return sorted(_numbers(text, int, "counts like 1,2,4", 1, 64, bounds))

@@ -23,16 +23,18 @@ from duo.cli.args import (
     add_model_args,
     add_rpc_arg,
     add_sampling_args,
+    model_config,
+    rpc_placement,
+    sampling_params,
+)
+from duo.cli.values import (
     client_counts,
     fanouts,
     megabits,
     milliseconds,
-    model_config,
     percent,
     positive,
     round_trips,
-    rpc_placement,
-    sampling_params,
 )
 from duo.errors import UsageError
 from duo.session.config import ModelConfig, SpecConfig, parse_pin, parse_spec_types

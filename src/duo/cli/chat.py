@@ -19,7 +19,7 @@ import httpx
 
 from duo import auth
 from duo.cli import auth_args
-from duo.cli.args import positive
+from duo.cli.values import positive
 from duo.errors import ClientError, DuoError, exit_code
 
 DIM = "\x1b[2m"

@@ -21,9 +21,10 @@ import httpx
 
 from duo import auth
 from duo.cli import auth_args
-from duo.cli.args import non_negative, positive, read_prompt
+from duo.cli.args import read_prompt
 from duo.cli.chat import TIMEOUT, http_url
 from duo.cli.hub import add_hub_args
+from duo.cli.values import non_negative, positive
 from duo.core.stats import Stats
 from duo.drafting.client import VerifierClient, drafted
 from duo.errors import UsageError

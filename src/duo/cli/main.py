@@ -16,23 +16,24 @@ from duo.cli.args import (
     add_sampling_args,
     add_spec_args,
     model_config,
-    positive,
     read_prompt,
     rpc_placement,
     sampling_params,
     spec_config,
 )
+from duo.cli.back import add_back_parser
 from duo.cli.bench import add_bench_parser
 from duo.cli.chat import add_chat_parser
 from duo.cli.completion import add_completion_parser
 from duo.cli.draft import add_draft_parser
 from duo.cli.hub import hub_models
+from duo.cli.lead import add_lead_parser
 from duo.cli.load import OtherLoad, busy_note
 from duo.cli.parser import Parser, env_defaults, usage_error
 from duo.cli.progress import Spinner
 from duo.cli.rpc_server import add_rpc_server_parser
-from duo.cli.serve import add_back_parser, add_lead_parser
 from duo.cli.sim import add_sim_parser
+from duo.cli.values import positive
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.core.text import TextStream

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from duo.cli.args import port, positive
+from duo.cli.values import port, positive
 from duo.llama.rpc import DEFAULT_PORT, serve
 from duo.net import is_loopback
 

@@ -23,7 +23,7 @@ from duo.bench.projections import (
     seeds_table,
 )
 from duo.bench.trace import check_k
-from duo.cli.args import client_counts, non_negative, positive
+from duo.cli.values import client_counts, non_negative, positive
 from duo.errors import UsageError
 
 

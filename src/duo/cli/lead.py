@@ -1,9 +1,9 @@
-"""`duo lead` and `duo back`: the distributed services, each composed in one place."""
+"""`duo lead`: the main model behind the API, composed in one place (behind a supervisor
+with --rpc; with a back of its own with --rpcd)."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import functools
 import logging
 import os
@@ -17,25 +17,20 @@ from urllib.parse import urlsplit
 from duo import auth
 from duo.cli import auth_args
 from duo.cli.args import (
-    add_fanout_arg,
     add_model_args,
     add_rpc_arg,
     add_spec_args,
     draft_layers,
     model_config,
-    non_negative,
-    offloaded,
-    port,
-    positive,
     spec_config,
 )
+from duo.cli.back import BACK_KEY_ENV
 from duo.cli.console import Console
-from duo.cli.hub import add_hub_args
-from duo.cli.progress import Spinner
-from duo.errors import CertificateError, Refused, UsageError, exit_code
+from duo.cli.values import port, positive
+from duo.errors import UsageError
 from duo.lead.engine.lead import LeadConfig
 from duo.lead.openai.reasoning import FORMATS
-from duo.llama.rpc import check_endpoints, device_list, setup_rpc
+from duo.llama.rpc import check_endpoints, setup_rpc
 from duo.net import check_port, free_port, is_loopback
 from duo.session.config import ModelConfig, parse_pin
 from duo.supervisor.local_back import LocalBack, back_argv
@@ -49,9 +44,6 @@ log = logging.getLogger(__name__)
 # The largest WebSocket message the lead accepts: drafters send small frames (a HELLO, or
 # at most duo.channel.protocol.MAX_DRAFT_TOKENS tokens); nothing else arrives on a socket.
 WS_MAX_SIZE = 16 * 1024
-
-
-BACK_KEY_ENV = (auth.DRAFTER_KEY_ENV, auth.API_KEY_ENV)  # a back's key, when no flag gives it
 
 
 def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -106,54 +98,6 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "reasoning_content; deepseek-legacy there and in content; none leaves it in content",
     )
     lead.set_defaults(func=cmd_lead)
-
-
-def add_back_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    back = sub.add_parser("back", help="run a drafter for a lead (on a spare device or machine)")
-    back.add_argument("-m", "--model", help="draft model GGUF (default: the default pair's draft)")
-    add_hub_args(back, draft=False, model="draft model")
-    back.add_argument("--pair", help="take the draft model of this named pair")
-    back.add_argument(
-        "--lead", default="http://127.0.0.1:5555", help="the lead's URL (default %(default)s)"
-    )
-    back.add_argument("-t", "--threads", type=positive, default=1, help="threads")
-    back.add_argument(
-        "-ngl",
-        "--n-gpu-layers",
-        "-ngld",
-        type=non_negative,
-        help="GPU or rpc-server layers (default 0; every layer with --rpcd)",
-    )
-    add_rpc_arg(back, draft=False)
-    back.add_argument(
-        "-c", "--ctx-size", type=non_negative, default=4096, help="context size of each sequence"
-    )
-    back.add_argument(
-        "-np",
-        "--parallel",
-        type=positive,
-        default=4,
-        metavar="N",
-        help="draft for up to N of the lead's running requests at once (its slots), each "
-        "in a sequence of its own, their next tokens in one pass (default %(default)s)",
-    )
-    back.add_argument(
-        "--max-ahead",
-        type=positive,
-        default=12,
-        metavar="N",
-        help="most tokens drafted past the committed ones (default %(default)s)",
-    )
-    add_fanout_arg(back, "the back")
-    auth_args.add_key_args(
-        back, "the key to present to the lead: its API key or drafter key", env=BACK_KEY_ENV
-    )
-    auth_args.add_ca_file_arg(back)
-    back.add_argument(
-        "--name", default="", help="name shown in the lead's logs and on its web page"
-    )
-    back.add_argument("--pin", metavar="CORES", help="pin the drafter to cores, e.g. 1 or 2,3")
-    back.set_defaults(func=cmd_back)
 
 
 def cmd_lead(args: argparse.Namespace) -> int:
@@ -303,65 +247,6 @@ def supervise_lead(args: argparse.Namespace, tls: auth.ServerTls | None = None) 
         ssl_certfile=tls.certfile if tls else None,
     )
     uvicorn.Server(config).run()
-    return 0
-
-
-def cmd_back(args: argparse.Namespace) -> int:
-    from duo.channel.back import Back, BackConfig, drafter_url
-    from duo.llama.backend import Model
-    from duo.session.config import resolve_models
-
-    if args.rpc and args.rpcd:
-        raise UsageError("give a back's rpc-servers with --rpc or --rpcd, not both")
-    url = drafter_url(args.lead)  # a bad URL, key or CA file fails before the model loads
-    key = auth_args.client_key(args, env=BACK_KEY_ENV)
-    tls = auth.client_tls(args.ca_file, url.startswith("wss://"))
-    if args.model is None:
-        _, draft = resolve_models(None, None, args.pair, progress=Spinner)
-        path = draft
-    else:
-        path = resolve_models(args.model, None, None)[0]
-    assert path is not None
-    cores, _ = parse_pin(args.pin) if args.pin else (None, None)
-    layers = offloaded(args.n_gpu_layers, args.rpcd)
-    placement = setup_rpc(args.rpc, n_gpu_layers=layers, rpcd=args.rpcd, n_gpu_layers_draft=layers)
-    model = Model(
-        path,
-        n_ctx=args.ctx_size,
-        n_threads=args.threads,
-        n_gpu_layers=layers,
-        devices=device_list(placement.draft),
-        n_seq=args.parallel,
-        forks=args.parallel * args.fanout,
-    )
-    config = BackConfig(
-        lead=args.lead,
-        max_ahead=args.max_ahead,
-        fanout=args.fanout,
-        parallel=args.parallel,
-        api_key=key,
-        name=args.name,
-        cores=cores,
-        tls=tls,
-        ca_file=args.ca_file,
-    )
-    back = Back(
-        model, config, on_connect=lambda url: print(f"duo back: connected to {url}", flush=True)
-    )
-    print(f"duo back: {path.name} drafting for {args.lead}", flush=True)
-    try:
-        asyncio.run(back.run())
-    except Refused as e:
-        print(f"duo back: refused by the lead: {e}", file=sys.stderr)
-        return exit_code(e)
-    except (CertificateError, UsageError) as e:  # neither is fixed by retrying
-        print(f"duo back: {e}", file=sys.stderr)
-        return exit_code(e)
-    except KeyboardInterrupt:
-        print("duo back: stopped", file=sys.stderr)
-        return 0
-    finally:
-        model.close()
     return 0
 
 
