@@ -220,6 +220,11 @@ HERMES = (
             [("get_weather", {"city": "Paris"}), ("get_time", {})],
         ),
         ('{"name": "get_time", "arguments": {}}', None, [("get_time", {})]),
+        (
+            '<tool_call>[{"name": "get_time", "arguments": {}}]</tool_call>',
+            None,
+            [("get_time", {})],
+        ),
         (' {"name": "get_time", "parameters": {"tz": "UTC"}}', None, [("get_time", {"tz": "UTC"})]),
         ('{"tool_call": {"name": "get_time", "arguments": {}}}', None, [("get_time", {})]),
         (

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from duo.core.text import tail_of
-from duo.lead.tools.formats import PREFIXES, ToolCall, read_calls
+from duo.lead.tools.formats import PREFIXES, ToolCall, json_calls, read_calls
 
 MAX_TOOLS = 128  # OpenAI's bound
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -170,7 +170,7 @@ def parse_tool_calls(text: str, names: set[str]) -> tuple[str | None, list[ToolC
     if OPEN in text:
         calls: list[ToolCall] = []
         for block in _BLOCK.findall(text):
-            found = read_calls(block, names) if block.strip().startswith("{") else None
+            found = json_calls(block, names)  # a block holds JSON: an object, or a list
             if found is None:
                 return text, []  # a block that is not a call: the reply is text
             calls.extend(found)

@@ -49,8 +49,8 @@ def read_calls(text: str, names: set[str]) -> list[ToolCall] | None:
         if fenced is None:
             return None
         inner = fenced[1].strip()
-        return _json_calls(inner, names) or _python_calls(inner, names)
-    return _json_calls(text.removeprefix(LLAMA).strip(), names)
+        return json_calls(inner, names) or _python_calls(inner, names)
+    return json_calls(text.removeprefix(LLAMA).strip(), names)
 
 
 def calls_of(value: Any, names: set[str]) -> list[ToolCall] | None:
@@ -85,8 +85,9 @@ def _call(name: str, arguments: Any) -> ToolCall | None:
     return None
 
 
-def _json_calls(text: str, names: set[str]) -> list[ToolCall] | None:
+def json_calls(text: str, names: set[str]) -> list[ToolCall] | None:
     """One JSON value of calls, or several JSON objects apart by `;`, `,` or whitespace."""
+    text = text.strip()
     if not text.startswith(("{", "[")):
         return None
     decoder, calls, at = json.JSONDecoder(), [], 0
@@ -107,7 +108,7 @@ def _json_calls(text: str, names: set[str]) -> list[ToolCall] | None:
 def _mistral(text: str, names: set[str]) -> list[ToolCall] | None:
     body = text.removeprefix(MISTRAL).strip()
     if body.startswith("["):  # [TOOL_CALLS][{...}, ...]
-        return _json_calls(body, names)
+        return json_calls(body, names)
     calls = []
     for part in text.split(MISTRAL)[1:]:  # [TOOL_CALLS]name[ARGS]{...}, repeated
         name, sep, arguments = part.partition(_ARGS)
