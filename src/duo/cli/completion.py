@@ -14,8 +14,8 @@ from typing import Any
 SHELLS = ("bash", "zsh", "tcsh")
 # flags that name files: completed as paths
 FILES = {
-    "model", "model_draft", "file", "prompts", "chat_template_file", "json", "plot",
-    "api_key_file", "ssl_key_file", "ssl_cert_file", "bench", "profile_file",
+    "model", "model_draft", "file", "prompts", "chat_template_file", "json", "plot", "bench",
+    "api_key_file", "drafter_key_file", "ssl_key_file", "ssl_cert_file", "ca_file",
 }  # fmt: skip
 
 
