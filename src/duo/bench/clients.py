@@ -219,9 +219,8 @@ def _stream(http: httpx.Client, text: str, n: int, sampling: SamplingParams, out
                 out.drafted += int(timings["draft_n"])
                 out.accepted += int(timings.get("draft_n_accepted", 0))
                 for source, x in (timings.get("draft_sources") or {}).items():
-                    tally = out.sources.setdefault(source, [0, 0])
-                    tally[0] += int(x.get("draft_n_accepted", 0))
-                    tally[1] += int(x.get("draft_n", 0))
+                    accepted, drafted = int(x.get("draft_n_accepted", 0)), int(x.get("draft_n", 0))
+                    _tally(out.sources, source, accepted, drafted)
     out.tokens += int(tokens)
     return "".join(pieces)
 
@@ -241,17 +240,40 @@ def run(
 ) -> ClientsReport:
     """Every server with every client count, `repeat` times, servers taking turns; over
     prompts, or over sessions of dependent requests."""
-    model = Model(models.main, n_ctx=512)
-    try:
-        work: list[str] | list[Session]
-        if prompts and isinstance(prompts[0], Session):
-            work = [p for p in prompts if isinstance(p, Session)]
-        else:
-            work = [prompt_text(model, p) for p in prompts if isinstance(p, Prompt)]
-        return _run(models, spec, servers, work, counts, n, repeat, sampling, bin_dir, log,
-                    suite, _renderer(model))  # fmt: skip
-    finally:
-        model.close()
+    slots = max(counts)
+    with Model(models.main, n_ctx=512) as model:  # its chat template renders every prompt
+        render = _renderer(model)
+        sessions = [p for p in prompts if isinstance(p, Session)]
+        texts = [prompt_text(model, p) for p in prompts if isinstance(p, Prompt)]
+        work: list[str] | list[Session] = sessions or texts
+        warm_up = texts[-1:] or [render([{"role": "user", "content": "Say hello."}])]
+        report = ClientsReport(
+            {
+                "n_predict": n,
+                "clients": counts,
+                "slots": slots,
+                "repeat": repeat,
+                "suite": suite,
+                "prompts": len(work),
+                "requests": sum(len(s.turns) for s in sessions) or len(texts),
+                "draft_max": spec.draft_max,
+                "temperature": sampling.temperature,
+            }
+        )
+        for rep in range(repeat):
+            for c in counts:
+                for name in servers:
+                    # A fresh server for each count: duo's suffix cache must not remember
+                    # the answers of the last one.
+                    log(f"repeat {rep + 1}/{repeat}: {name}, {c} client(s)")
+                    server = start(name, models, spec, slots, bin_dir)
+                    try:
+                        load(server.url, warm_up, 1, min(n, 16), sampling)
+                        runs, seconds = load(server.url, work, c, n, sampling, render)
+                    finally:
+                        server.stop()
+                    report.results.append(_result(name, c, runs, seconds, server.devices))
+    return report
 
 
 def _renderer(model: Model) -> Render:
@@ -264,51 +286,11 @@ def _renderer(model: Model) -> Render:
     return render
 
 
-def _run(
-    models: ModelConfig,
-    spec: SpecConfig,
-    servers: list[str],
-    work: list[str] | list[Session],
-    counts: list[int],
-    n: int,
-    repeat: int,
-    sampling: SamplingParams,
-    bin_dir: str | None,
-    log: Callable[[str], None],
-    suite: str,
-    render: Render,
-) -> ClientsReport:
-    slots = max(counts)
-    sessions = [w for w in work if isinstance(w, Session)]
-    report = ClientsReport(
-        {
-            "n_predict": n,
-            "clients": counts,
-            "slots": slots,
-            "repeat": repeat,
-            "suite": suite,
-            "prompts": len(work),
-            "requests": sum(len(s.turns) for s in sessions) or len(work),
-            "draft_max": spec.draft_max,
-            "temperature": sampling.temperature,
-        }
-    )
-    texts = [w for w in work if isinstance(w, str)]
-    warm_up = texts[-1:] or [render([{"role": "user", "content": "Say hello."}])]
-    for rep in range(repeat):
-        for c in counts:
-            for name in servers:
-                # A fresh server for each count: duo's suffix cache must not remember the
-                # answers of the last one.
-                log(f"repeat {rep + 1}/{repeat}: {name}, {c} client(s)")
-                server = start(name, models, spec, slots, bin_dir)
-                try:
-                    load(server.url, warm_up, 1, min(n, 16), sampling)
-                    runs, seconds = load(server.url, work, c, n, sampling, render)
-                finally:
-                    server.stop()
-                report.results.append(_result(name, c, runs, seconds, server.devices))
-    return report
+def _tally(into: dict[str, list[int]], source: str, accepted: int, drafted: int) -> None:
+    """Add a source's draft tokens accepted and verified to `into` ([accepted, drafted])."""
+    counts = into.setdefault(source, [0, 0])
+    counts[0] += accepted
+    counts[1] += drafted
 
 
 def _result(
@@ -320,9 +302,7 @@ def _result(
     sources: dict[str, list[int]] = {}
     for r in runs:
         for source, (accepted, drafted) in r.sources.items():
-            tally = sources.setdefault(source, [0, 0])
-            tally[0] += accepted
-            tally[1] += drafted
+            _tally(sources, source, accepted, drafted)
     return LoadResult(
         name,
         clients,

@@ -45,6 +45,13 @@ class DelayProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, name="link", daemon=True)
         self._tasks: set[asyncio.Task[None]] = set()
 
+    @classmethod
+    def started(
+        cls, target: tuple[str, int], rtt_ms: float, jitter_ms: float = 0.0, host: str = "127.0.0.1"
+    ) -> DelayProxy:
+        """A running proxy for a link of this round trip: half of it each way."""
+        return cls(target, rtt_ms / 2000, jitter_ms / 1000, host).start()
+
     def start(self) -> DelayProxy:
         self._thread.start()
         started = asyncio.run_coroutine_threadsafe(self._listen(), self._loop)
@@ -163,7 +170,7 @@ class Link:
         on loopback without delay."""
         if self.far is None and not self.rtt_ms and not self.jitter_ms:
             return None
-        return DelayProxy(target, self.rtt_ms / 2000, self.jitter_ms / 1000, host).start()
+        return DelayProxy.started(target, self.rtt_ms, self.jitter_ms, host)
 
 
 @contextlib.contextmanager
@@ -172,7 +179,7 @@ def delayed(
 ) -> Iterator[DelayProxy]:
     """A delay proxy in front of `target` for the block, listening on `host` (its port:
     `.port`)."""
-    proxy = DelayProxy(target, rtt_ms / 2000, jitter_ms / 1000, host).start()
+    proxy = DelayProxy.started(target, rtt_ms, jitter_ms, host)
     try:
         yield proxy
     finally:

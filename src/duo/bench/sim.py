@@ -183,10 +183,9 @@ class Drafter:
         catchup_ms: float | Callable[[int], float],
         max_ahead: int,
         fanout: int = 0,
-        hit: float = FANOUT_HIT,
     ):
         self.runs = runs
-        self.fanout, self.hit = fanout, hit
+        self.fanout = fanout
         self.branched = 0  # branch guesses made since the drafter last lined up anew
         self.adopted = 0  # rejections a branch answered
         self._draw = random.Random(0)  # which rejections a branch answers: the same each run
@@ -255,7 +254,7 @@ class Drafter:
         made, self.branched = self.branched, 0
         if not made:
             return False
-        adopted = self._draw.random() < self.hit * made / (self.fanout * FANOUT_DEPTH)
+        adopted = self._draw.random() < FANOUT_HIT * made / (self.fanout * FANOUT_DEPTH)
         self.adopted += adopted
         return adopted
 

@@ -232,9 +232,9 @@ def _far_side(args: argparse.Namespace, stack: contextlib.ExitStack) -> FarHost 
     if why and args.link == "auto" and not shaped:
         print(f"duo bench: {why}, so the link runs on loopback", file=sys.stderr)
         return None
+    if why:
+        raise UsageError(f"--link netns: {why}")
     try:
-        if why:
-            raise netns.NamespaceError(why)
         return stack.enter_context(netns.far_host(args.rate, args.loss))
     except netns.NamespaceError as e:
         raise UsageError(f"--link netns: {e}") from None
