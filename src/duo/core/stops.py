@@ -40,10 +40,13 @@ class StopMatcher:
 
     def _partial_suffix(self, buf: str) -> int:
         """Length of the longest suffix of buf that is a proper prefix of a stop string."""
-        best = 0
-        for stop in self.stops:
-            for n in range(min(len(stop) - 1, len(buf)), best, -1):
-                if buf.endswith(stop[:n]):
-                    best = n
-                    break
-        return best
+        return max(tail_of(buf, stop) for stop in self.stops)
+
+
+def tail_of(text: str, tag: str) -> int:
+    """How many characters at the end of `text` begin `tag` (text to hold back while it
+    streams, in case the tag is coming)."""
+    for k in range(min(len(tag) - 1, len(text)), 0, -1):
+        if tag.startswith(text[-k:]):
+            return k
+    return 0

@@ -59,12 +59,3 @@ class TextStream:
 
     def _text(self, tokens: Sequence[int]) -> str:
         return self._stops.feed(self._decoder.decode(b"".join(self.piece(t) for t in tokens)))
-
-
-def tail_of(text: str, tag: str) -> int:
-    """How many characters at the end of `text` begin `tag` (text to hold back while it
-    streams, in case the tag is coming)."""
-    for k in range(min(len(tag) - 1, len(text)), 0, -1):
-        if tag.startswith(text[-k:]):
-            return k
-    return 0

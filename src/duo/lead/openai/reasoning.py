@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from duo.core.text import tail_of
+from duo.core.stops import tail_of
 
 OPEN, CLOSE = "<think>", "</think>"
 FORMATS = ("auto", "deepseek", "deepseek-legacy", "none")

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from duo.core.text import tail_of
+from duo.core.stops import tail_of
 from duo.lead.tools.formats import PREFIXES, ToolCall, json_calls, read_calls
 
 MAX_TOOLS = 128  # OpenAI's bound
