@@ -119,7 +119,7 @@ class Model:
         flash_attn: str = "auto",
         cache_types: tuple[str, str] = ("f16", "f16"),
         mmap: bool = True,
-        split: Split = Split(),
+        split: Split = LAYER_SPLIT,
         n_batch: int = 512,
         n_seq: int = 1,
         forks: int = 0,
@@ -137,9 +137,9 @@ class Model:
         mparams.use_mmap = mmap
         mparams.split_mode = SPLIT_MODES[split.mode]
         mparams.main_gpu = split.main_gpu
-        proportions = (ctypes.c_float * lib.llama_max_devices())(*split.tensor[:MAX_DEVICES])
-        if split.tensor:
-            mparams.tensor_split = proportions  # read while the model loads
+        if split.tensor:  # kept until the model has loaded, which reads it
+            proportions = (ctypes.c_float * lib.llama_max_devices())(*split.tensor[:MAX_DEVICES])
+            mparams.tensor_split = proportions
         self._model = lib.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
             raise ModelError(f"llama.cpp could not load {self.path} (corrupt or unsupported GGUF)")
