@@ -163,11 +163,14 @@ class Cluster:
         for proc in reversed(self.procs):
             proc.stop()
 
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    try:
+    with Cluster(tmp_path) as c:
         yield c
-    finally:
-        c.stop()

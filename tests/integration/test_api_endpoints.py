@@ -30,16 +30,13 @@ QUESTION: list[Any] = [{"role": "user", "content": "Name three colors."}]
 @pytest.fixture(scope="module")
 def lead(pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A lead whose only draft source is one back (fixed policy: its drafts are verified)."""
-    cluster = Cluster(tmp_path_factory.mktemp("endpoints"))
-    try:
+    with Cluster(tmp_path_factory.mktemp("endpoints")) as cluster:
         _, url = cluster.lead(
             "-m", str(pair[0]), "--spec-type", "model", "--policy", "fixed", "--deterministic",
             "--quiet",
         )  # fmt: skip
         cluster.back(url, "-m", str(pair[1]))
         yield url
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture
@@ -258,16 +255,13 @@ def weather_chat(question: str) -> list[Any]:
 @pytest.fixture(scope="module")
 def tool_lead(pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The default main model with Qwen 2.5's chat template, which shows it the tools."""
-    cluster = Cluster(tmp_path_factory.mktemp("tools"))
-    try:
+    with Cluster(tmp_path_factory.mktemp("tools")) as cluster:
         _, url = cluster.lead(
             "-m", str(pair[0]), "--chat-template-file", str(TEMPLATE), "--spec-type", "model",
             "--policy", "fixed", "--deterministic", "--quiet",
         )  # fmt: skip
         cluster.back(url, "-m", str(pair[1]))
         yield url
-    finally:
-        cluster.stop()
 
 
 def test_a_real_model_calls_a_tool(tool_lead: str) -> None:

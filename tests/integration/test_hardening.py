@@ -34,11 +34,8 @@ def served(
     pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Proc, str]]:
     """One lead with the default settings (the default --max-body and -c 4096)."""
-    cluster = Cluster(tmp_path_factory.mktemp("hardening"))
-    try:
+    with Cluster(tmp_path_factory.mktemp("hardening")) as cluster:
         yield cluster.lead("-m", str(pair[0]), "--quiet")
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture

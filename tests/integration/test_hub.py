@@ -52,8 +52,7 @@ def test_a_lead_by_name_downloads_once(
     hub: FakeHub, pair: tuple[Path, Path], tmp_path: Path
 ) -> None:
     main = pair[0]
-    cluster = Cluster(tmp_path)
-    try:
+    with Cluster(tmp_path) as cluster:
         for start in (1, 2):
             proc, url = cluster.lead("-hf", f"{REPO}:F16", "--spec-type", "none")
             assert health(url)["status"] == "ok"
@@ -62,8 +61,6 @@ def test_a_lead_by_name_downloads_once(
                 assert main.name in proc.output(), "no progress shown for the download"
             proc.stop()
             wait_until(lambda p=proc: not p.alive(), 30, "the lead stopped")
-    finally:
-        cluster.stop()
 
 
 @pytest.mark.parametrize(

@@ -35,16 +35,13 @@ def lead(pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> I
     tmp = tmp_path_factory.mktemp("reasoning")
     template = tmp / "thinking.jinja"
     template.write_text(THINKING)
-    cluster = Cluster(tmp)
-    try:
+    with Cluster(tmp) as cluster:
         _, url = cluster.lead(
             "-m", str(pair[0]), "--chat-template-file", str(template), "--spec-type", "model",
             "--deterministic", "--quiet",
         )  # fmt: skip
         cluster.back(url, "-m", str(pair[1]))
         yield url
-    finally:
-        cluster.stop()
 
 
 def client(url: str) -> openai.OpenAI:

@@ -20,8 +20,7 @@ PROMPT = "Here is a list of ten fruits and their colors:\n1."
 
 @pytest.fixture(scope="module")
 def lead(pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    cluster = Cluster(tmp_path_factory.mktemp("sampling"))
-    try:
+    with Cluster(tmp_path_factory.mktemp("sampling")) as cluster:
         # A local drafter and the fixed policy: accepted draft chunks in (almost) every round.
         _, url = cluster.lead(
             "-m",
@@ -34,8 +33,6 @@ def lead(pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> I
             "--quiet",
         )
         yield url
-    finally:
-        cluster.stop()
 
 
 def complete(url: str, **body: object) -> dict:  # type: ignore[type-arg]

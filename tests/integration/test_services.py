@@ -52,11 +52,8 @@ TIMEOUT = httpx.Timeout(60.0)
 
 @pytest.fixture(scope="module")
 def mcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("services"))
-    try:
+    with Cluster(tmp_path_factory.mktemp("services")) as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture(scope="module")

@@ -34,8 +34,7 @@ def leads(
     pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[openai.OpenAI, openai.OpenAI]]:
     """(a lead verifying a back's drafts and its own n-gram lookups, the main model alone)."""
-    cluster = Cluster(tmp_path_factory.mktemp("structured"))
-    try:
+    with Cluster(tmp_path_factory.mktemp("structured")) as cluster:
         common = ("-m", str(pair[0]), "--deterministic", "--quiet")
         _, spec = cluster.lead(*common, "--policy", "fixed")
         cluster.back(spec, "-m", str(pair[1]))
@@ -44,8 +43,6 @@ def leads(
             openai.OpenAI(base_url=f"{url}/v1", api_key="x", timeout=120, max_retries=0)
             for url in (spec, alone)
         )
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="module")

@@ -32,12 +32,9 @@ N = 24
 @pytest.fixture(scope="module")
 def lead(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A lead with four slots and an API key, drafting nothing of its own."""
-    cluster = Cluster(tmp_path_factory.mktemp("verifier"))
-    try:
+    with Cluster(tmp_path_factory.mktemp("verifier")) as cluster:
         _, url = cluster.lead("--parallel", "4", "--api-key", KEY, "--spec-type", "none")
         yield url
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="module")

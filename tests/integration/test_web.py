@@ -48,11 +48,8 @@ MS = 1000
 
 @pytest.fixture(scope="module")
 def wcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("web"))
-    try:
+    with Cluster(tmp_path_factory.mktemp("web")) as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture(scope="module")

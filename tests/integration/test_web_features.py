@@ -30,11 +30,8 @@ REPEAT = (
 
 @pytest.fixture(scope="module")
 def fcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("web-features"))
-    try:
+    with Cluster(tmp_path_factory.mktemp("web-features")) as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture(scope="module")
