@@ -211,10 +211,10 @@
     const chat = currentChat();
     const list = $("messages");
     list.replaceChildren(...chat.messages.map((m, i) => messageNode(m, i, chat)));
-    setRunning(Boolean(state.running));
     list.scrollTop = list.scrollHeight;
     drawLegend(chat);
     drawChatList();
+    setRunning(Boolean(state.running)); // the buttons just made wait too, if an answer streams
   }
 
   function drawChatList() {
@@ -226,8 +226,6 @@
       open.type = "button";
       open.className = "chat-title" + (chat.id === state.current ? " current" : "");
       open.textContent = chat.title;
-      open.disabled = Boolean(state.running);
-      if (open.disabled) open.title = BUSY;
       open.addEventListener("click", () => {
         if (state.running) return;
         state.current = chat.id;
@@ -237,10 +235,9 @@
       const remove = document.createElement("button");
       remove.type = "button";
       remove.className = "remove";
-      remove.title = state.running ? BUSY : "Delete this chat";
+      remove.title = "Delete this chat";
       remove.setAttribute("aria-label", `Delete the chat “${chat.title}”`);
       remove.textContent = "×";
-      remove.disabled = Boolean(state.running);
       remove.addEventListener("click", () => deleteChat(chat));
       li.append(open, remove);
       ul.appendChild(li);
