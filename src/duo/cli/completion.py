@@ -11,6 +11,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from duo.cli.parser import every_action
+
 SHELLS = ("bash", "zsh", "tcsh")
 # flags that name files: completed as paths
 FILES = {
@@ -34,9 +36,6 @@ def _print(parser: argparse.ArgumentParser, shell: str) -> int:
 
 
 def _mark_files(parser: argparse.ArgumentParser, file: Any) -> None:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for child in action.choices.values():
-                _mark_files(child, file)
-        elif action.dest in FILES and action.option_strings:
+    for action in every_action(parser):
+        if action.dest in FILES and action.option_strings:
             action.complete = file  # type: ignore[attr-defined]

@@ -4,7 +4,7 @@ anywhere on the line, and every long flag takes its default from the environment
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, NoReturn
 
 from duo.errors import UsageError
@@ -42,15 +42,21 @@ ENV_PREFIX = "DUO_ARG_"  # DUO_ARG_CTX_SIZE=0 is -c 0 (as llama-server's LLAMA_A
 _TRUE, _FALSE = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
 
 
+def every_action(parser: argparse.ArgumentParser) -> Iterator[argparse.Action]:
+    """The parser's arguments and those of its subcommands, at every depth."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                yield from every_action(child)
+        else:
+            yield action
+
+
 def env_defaults(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
     """Every long flag's default from $DUO_ARG_<FLAG> (--ctx-size: DUO_ARG_CTX_SIZE), in
     every subcommand; a flag on the command line wins. A value is read as the flag's would
     be (a switch takes 1/0, true/false, on/off, yes/no)."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for child in action.choices.values():
-                env_defaults(child, environ)
-            continue
+    for action in every_action(parser):
         flag = next((o for o in action.option_strings if o.startswith("--")), None)
         if flag is None or flag in ("--help", "--version"):
             continue
