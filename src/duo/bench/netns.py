@@ -91,24 +91,24 @@ def far_host(rate_mbit: float | None = None, loss_pct: float | None = None) -> I
 
 def sweep() -> list[str]:
     """Remove the namespaces and interfaces of duo processes that are gone; their names."""
-    gone = []
-    for name in _run("ip", "netns", "list").split():
-        match = _NAMESPACE.fullmatch(name)
-        if match and not _alive(int(match[1])):
-            _run("ip", "netns", "delete", name, check=False)
-            gone.append(name)
-    for dev in _our_links():
-        match = _LINK.fullmatch(dev)
-        if match and not _alive(int(match[1])):
-            _run("ip", "link", "delete", dev, check=False)
-            gone.append(dev)
-    return gone
+    gone = [(kind, name) for kind, name, pid in _ours() if not _alive(pid)]
+    for kind, name in gone:  # a namespace's end of a pair takes the pair with it
+        _run("ip", kind, "delete", name, check=False)
+    return [name for _, name in gone]
 
 
 def leftovers(pid: int) -> list[str]:
     """The namespaces and interfaces process `pid` made that still exist."""
-    names = [n for n in _run("ip", "netns", "list").split() if n.startswith(f"duo-{pid}-")]
-    return names + [d for d in _our_links() if (m := _LINK.fullmatch(d)) and m[1] == str(pid)]
+    return [name for _, name, owner in _ours() if owner == pid]
+
+
+def _ours() -> list[tuple[str, str, int]]:
+    """(kind, name, the process that made it) of every namespace ("netns") and interface
+    ("link") a duo process made."""
+    found = [("netns", n, m[1]) for n in _run("ip", "netns", "list").split()
+             if (m := _NAMESPACE.fullmatch(n))]  # fmt: skip
+    found += [("link", d, m[1]) for d in _our_links() if (m := _LINK.fullmatch(d))]
+    return [(kind, name, int(pid)) for kind, name, pid in found]
 
 
 def _create(host: FarHost) -> None:
