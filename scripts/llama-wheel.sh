@@ -38,10 +38,16 @@ if ! cached; then
     "$PY" -m pip wheel --no-deps --no-binary llama-cpp-python \
     "llama-cpp-python==$VERSION" -w "$TMP"
   echo "$ARGS" > "$TMP/CMAKE_ARGS"
-  if ! cached; then
-    rm -rf "$DIR"
-    mv -T "$TMP" "$DIR" 2>/dev/null || true
-  fi
+  # Under a lock: a setup that finishes second must not remove the wheel the first one has
+  # just put in place (the check and the removal of a stale $DIR are one step). Once $DIR
+  # holds a wheel it is never removed, so the install below needs no lock.
+  (
+    flock 9
+    if ! cached; then
+      rm -rf "$DIR"
+      mv -T "$TMP" "$DIR"
+    fi
+  ) 9>"$(dirname "$CACHE")/.wheel.lock"  # beside the cache: only wheels in it
   rm -rf "$TMP"
 fi
 "$PY" -m pip install --quiet --force-reinstall --no-deps "$DIR"/llama_cpp_python-*.whl
