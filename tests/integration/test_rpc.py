@@ -303,10 +303,11 @@ def test_the_bench_puts_every_modes_draft_model_on_the_rpcd_server(
         r = duo(
             "bench", "-m", str(main), "-md", str(draft), "--prompts", str(prompts), "--modes",
             "sync", "lead+back", "lead+client", "-n", "12", "--repeat", "1", "--rpcd", endpoint,
-            "--json", str(out),
+            "--json", str(out), "--no-costs",
         )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads(out.read_text())
+    assert report["profile"] == {}  # --no-costs: no device-cost round
     assert report["settings"]["order"] == "sequential"  # one mode on the server at a time
     for mode in report["modes"]:
         draft_on = mode["devices"].partition("; draft: ")[2]

@@ -176,7 +176,7 @@ def test_the_bench_measures_the_drafter_driven_mode(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     r = duo(
         "bench", "--prompts", str(prompts), "--modes", "lead+client", "-n", "24", "--repeat",
-        "1", "--json", str(out),
+        "1", "--json", str(out), "--no-costs",
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     (mode,) = json.loads(out.read_text())["modes"]

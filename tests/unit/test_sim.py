@@ -337,6 +337,13 @@ def test_sim_reads_the_lead_services_cpu_from_the_bench(tmp_path: Path) -> None:
     assert p.lead_cpu_ms_per_token == 0.4 and "measured (0.40 ms/token)" in p.note
 
 
+def test_a_report_made_without_device_costs_is_refused_with_the_reason(tmp_path: Path) -> None:
+    report = json.loads(bench_report(tmp_path).read_text())
+    report["profile"] = {}  # what `duo bench --no-costs` writes
+    with pytest.raises(UsageError, match="without --no-costs"):
+        bench_profile(report)
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -105,7 +105,10 @@ def bench_profile(report: Mapping[str, Any]) -> DeviceProfile:
         draft_by_batch = {int(b): float(ms) for b, ms in prof["draft_ms_by_batch"].items()}
         draft = draft_by_batch[1]
     except (KeyError, TypeError, ValueError, AttributeError):
-        raise UsageError("the bench report has no device profile (main and draft ms)") from None
+        raise UsageError(
+            "the bench report has no device profile (main and draft ms): run duo bench "
+            "without --no-costs"
+        ) from None
     main_slow = float(prof.get("main_concurrent_slowdown", 1.0))
     draft_slow = float(prof.get("draft_concurrent_slowdown", 1.0))
     measured = (

@@ -23,7 +23,7 @@ import math
 import os
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from importlib import resources
 from pathlib import Path
@@ -186,11 +186,13 @@ def run(
     rtts: Sequence[float] = (0.0,),
     jitter_ms: float = 0.0,
     far: FarHost | None = None,
+    costs: bool = True,
 ) -> Report:
     """Measure `modes` on `prompts`. Interleaved (the default), every mode stays loaded and
     they take turns prompt by prompt, so a host that drifts over the run slows them all
     alike; otherwise each mode runs alone, one after another (for models that fit in
-    memory only once). Device costs are measured between turns (`costs.Profiler`).
+    memory only once). Device costs are measured between turns (`costs.Profiler`), unless
+    not `costs` (the report then has no profile for `duo sim --bench`).
 
     With several `fanouts`, each mode with an asynchronous model drafter runs at each
     setting, as MODE:fF (async:f0, async:f2...); with `rtts` other than (0,), each mode
@@ -234,6 +236,11 @@ def run(
     target = replace(models, draft=None)
     profiler = Profiler(models, spec, spec.draft_max + 1, _mean_context(target, prompts, n))
 
+    def measure(what: str = "measuring a round") -> None:
+        if costs:
+            log(f"device costs: {what}")
+            profiler.measure()
+
     def open_runner(label: str) -> Runner:
         log(f"{label}: loading")
         mode, fanout, rtt = parse_variant(label)
@@ -270,17 +277,15 @@ def run(
     results: dict[str, ModeResult] = {}
     for group in turns:
         if not interleave:  # before the mode holds its devices (an rpc-server takes one client)
-            log("device costs: measuring a round")
-            profiler.measure()
+            measure()
         with contextlib.ExitStack() as stack:
             runners = []
             for mode in group:
                 runner = open_runner(mode)
                 stack.callback(runner.close)
                 runners.append(runner)
-            results.update(_take_turns(runners, len(prompts), repeat, log, profiler, interleave))
-    log("device costs: last round")
-    profiler.measure()
+            results.update(_take_turns(runners, len(prompts), repeat, log, measure, interleave))
+    measure("last round")
     report.profile = profiler.result()
     report.modes = [results[mode] for mode in modes]
     for m in report.modes:
@@ -295,7 +300,7 @@ def run(
             m.speedup_vs_target_1 = m.tokens_per_second / by_mode["target-1"].tokens_per_second
         if "sync" in by_mode:
             m.speedup_vs_sync = m.tokens_per_second / by_mode["sync"].tokens_per_second
-    if "sync" in by_mode:
+    if "sync" in by_mode and report.profile:
         report.ceiling_tokens_per_second = ceiling(
             report.profile["main_ms_by_batch"], by_mode["sync"], spec.draft_max
         )
@@ -303,7 +308,12 @@ def run(
 
 
 def _take_turns(
-    runners: list[Runner], count: int, repeat: int, log: Any, profiler: Profiler, often: bool
+    runners: list[Runner],
+    count: int,
+    repeat: int,
+    log: Any,
+    measure: Callable[[], None],
+    often: bool,
 ) -> dict[str, ModeResult]:
     """Prompt 0..count-1, `repeat` times, each prompt through every runner in turn. When
     `often` (the modes interleaved), a round of device costs is measured first and after
@@ -311,8 +321,7 @@ def _take_turns(
     runs: dict[str, list[list[Stats]]] = {r.mode: [] for r in runners}
     ttfts: dict[str, list[float]] = {r.mode: [] for r in runners}
     if often:
-        log("device costs: measuring a round")
-        profiler.measure()
+        measure()
     half = max(1, math.ceil(count / 2))
     for rep in range(repeat):
         for r in runners:
@@ -328,8 +337,7 @@ def _take_turns(
                 )
             last = rep == repeat - 1 and i == count - 1
             if often and (i + 1) % half == 0 and not last:
-                log("device costs: measuring a round")
-                profiler.measure()
+                measure()
     return {
         r.mode: replace(_summarise(r.mode, runs[r.mode], ttfts[r.mode], r.devices), **r.extras())
         for r in runners

@@ -126,6 +126,12 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="llama.cpp's binaries (scripts/build-llama-cpp.sh) to measure as the "
         "peer; found on PATH otherwise",
     )
+    g.add_argument(
+        "--no-costs",
+        action="store_true",
+        help="skip the device-cost rounds (each loads both models and times their passes): "
+        "a quicker run, whose report has no device profile for `duo sim --bench`",
+    )
     g.add_argument("--json", metavar="OUT", help="write the report as JSON")
     g.add_argument("--plot", metavar="OUT.png", help="draw the report (needs matplotlib)")
     g.add_argument(
@@ -204,6 +210,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             rtts=args.rtt,
             jitter_ms=args.jitter,
             far=far,
+            costs=not args.no_costs,
             log=lambda msg: print(f"\r\x1b[K{msg}", end="", file=sys.stderr, flush=True),
         )
     print(file=sys.stderr)
