@@ -11,13 +11,15 @@
 
 Clocks. duo's modes count the wall time of their rounds, from the first generated token's
 round to the last: each round's pass, logits read, sampling, verifying and bookkeeping
-(not the prompt, not printing). llama-completion's figure is its own `eval time`: the wall
-time of its llama_decode calls after the prompt (one per token but the first, which the
-prompt's pass yields), without its sampling (about 0.1 ms a token, printed apart as
-`sampling time`) or its loop; so the peer of target-1 and target-all is timed on the
-pass alone, a shade in its favour. llama-speculative-simple's `decoded N tokens in S
-seconds` is the wall time of its whole generation loop after the prompt (drafting,
-verifying, sampling), as duo's sync mode is timed.
+(not the prompt, not printing). The peers of target-1 and target-all are timed the same
+way from llama-completion's own breakdown: its `eval time` (its llama_decode calls after
+the prompt, one per token but the first, which the prompt's pass yields) plus its
+`sampling time` for those tokens; left out are the prompt, printing, and its loop's
+`unaccounted time` (about 0.5%), a shade in its favour. Both parts are in the report
+(`pass_ms_per_token`, `outside_pass_ms_per_token`), as for duo's modes.
+llama-speculative-simple's `decoded N tokens in S seconds` is the wall time of its whole
+generation loop after the prompt (drafting, verifying, sampling), as duo's sync mode is
+timed.
 
 Build them with scripts/build-llama-cpp.sh (from the sources vendored in the pinned
 llama-cpp-python), then pass `--llama-cpp-bin DIR`, or put them on PATH.
@@ -35,6 +37,7 @@ from typing import Any
 from duo.errors import UsageError
 
 EVAL = re.compile(r"(?<!prompt )eval time\s*=\s*([\d.]+) ms /\s*(\d+) (?:runs|tokens)")
+SAMPLING = re.compile(r"sampling time\s*=\s*([\d.]+) ms")
 DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 DRAFTED = re.compile(r"n_drafted\s*=\s*(\d+)")
 ACCEPTED = re.compile(r"n_accept\s*=\s*(\d+)")
@@ -93,7 +96,8 @@ def target(
     cores: frozenset[int] | None,
     gpu_layers: int = 0,
 ) -> dict[str, Any]:
-    """Decode speed of the main model alone, from llama-completion's own timings."""
+    """Decode speed of the main model alone, from llama-completion's own timings: its
+    passes after the prompt, and its sampling of the tokens they yield (see Clocks)."""
     out = _run(
         [
             str(find_bin(bin_dir, "llama-completion")),
@@ -102,11 +106,25 @@ def target(
         ],
         cores,
     )
-    match = EVAL.findall(out)
-    if not match:
+    return completion_timings(out)
+
+
+def completion_timings(out: str) -> dict[str, Any]:
+    """llama-completion's summary -> the tokens its passes after the prompt yielded, and the
+    seconds of those passes plus their tokens' sampling (`pass_seconds`: the passes)."""
+    match, sampling = EVAL.findall(out), SAMPLING.findall(out)
+    if not (match and sampling):
         raise UsageError("could not read llama-completion's timings")
     ms, runs = float(match[-1][0]), int(match[-1][1])
-    return {"tokens": runs, "seconds": ms / 1000, "drafted": 0, "accepted": 0}
+    # Every generated token is sampled, the first (from the prompt's pass) too.
+    sampled_ms = float(sampling[-1]) * runs / (runs + 1)
+    return {
+        "tokens": runs,
+        "seconds": (ms + sampled_ms) / 1000,
+        "pass_seconds": ms / 1000,
+        "drafted": 0,
+        "accepted": 0,
+    }
 
 
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
@@ -167,6 +185,7 @@ def speculative(
     return {
         "tokens": int(decoded.group(1)),
         "seconds": float(decoded.group(2)),
+        "pass_seconds": float(decoded.group(2)),  # its summary does not split the loop
         "drafted": int(drafted.group(1)),
         "accepted": int(accepted.group(1)),
     }

@@ -102,7 +102,7 @@ class LlamaCpp(LlamaCppRunner):
             drafted=r["drafted"],
             accepted=r["accepted"],
             rounds=r["tokens"] - r["accepted"],
-            llama_seconds=r["seconds"],
+            llama_seconds=r["pass_seconds"],
         )
         return stats, 0.0  # llama.cpp's tools do not report the time to first token
 
