@@ -37,7 +37,7 @@ def test_streaks_of_agreement_raise_the_ceiling_over_the_per_position_average() 
 
 
 class Recorder:
-    """A runner or a profiler that only notes when it is called."""
+    """A runner, or a round of device costs, that only notes when it is called."""
 
     def __init__(self, mode: str, calls: list[str]) -> None:
         self.mode, self.calls, self.devices = mode, calls, ""
@@ -57,7 +57,8 @@ class Recorder:
 def take_turns(modes: str, count: int, repeat: int, often: bool) -> list[str]:
     calls: list[str] = []
     runners = [Recorder(m, calls) for m in modes]
-    results = _take_turns(runners, count, repeat, lambda _: None, Recorder("", calls), often)  # type: ignore[arg-type]
+    measure = Recorder("", calls).measure
+    results = _take_turns(runners, count, repeat, lambda _: None, measure, often)  # type: ignore[arg-type]
     assert list(results) == list(modes)
     assert all(r.tokens_per_second == pytest.approx(100.0) for r in results.values())
     assert all(r.wire_bytes_per_token == 1.5 for r in results.values())  # the runner's extras
