@@ -105,13 +105,7 @@ def add_spec_args(p: argparse.ArgumentParser, *, modes: bool = True) -> None:
         metavar="K",
         help="most draft tokens verified per round (default %(default)s)",
     )
-    g.add_argument(
-        "--max-ahead",
-        type=positive,
-        default=12,
-        metavar="N",
-        help="how far the async drafter runs past the commits (default %(default)s)",
-    )
+    add_max_ahead_arg(g, "the async drafter")
     add_fanout_arg(g, "the async drafter")
     g.add_argument(
         "--policy",
@@ -264,6 +258,16 @@ def spec_config(args: argparse.Namespace) -> SpecConfig:
         deterministic=args.deterministic,
         spec_types=parse_spec_types(args.spec_type),
         ngram_max=max(2, args.spec_ngram_size_n),
+    )
+
+
+def add_max_ahead_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup, who: str) -> None:
+    parser.add_argument(
+        "--max-ahead",
+        type=positive,
+        default=12,
+        metavar="N",
+        help=f"most tokens {who} drafts past the committed ones (default %(default)s)",
     )
 
 

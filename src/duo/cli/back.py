@@ -8,7 +8,7 @@ import sys
 
 from duo import auth
 from duo.cli import auth_args
-from duo.cli.args import add_fanout_arg, add_rpc_arg, offloaded
+from duo.cli.args import add_fanout_arg, add_max_ahead_arg, add_rpc_arg, offloaded
 from duo.cli.hub import add_hub_args
 from duo.cli.progress import Spinner
 from duo.cli.values import non_negative, positive
@@ -48,13 +48,7 @@ def add_back_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="draft for up to N of the lead's running requests at once (its slots), each "
         "in a sequence of its own, their next tokens in one pass (default %(default)s)",
     )
-    back.add_argument(
-        "--max-ahead",
-        type=positive,
-        default=12,
-        metavar="N",
-        help="most tokens drafted past the committed ones (default %(default)s)",
-    )
+    add_max_ahead_arg(back, "the back")
     add_fanout_arg(back, "the back")
     auth_args.add_key_args(
         back, "the key to present to the lead: its API key or drafter key", env=BACK_KEY_ENV

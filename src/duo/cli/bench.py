@@ -20,6 +20,7 @@ from duo.bench.suite import PEER_MODES
 from duo.bench.variants import REMOTE_DRAFT
 from duo.bench.workloads import WORKLOADS, sessions
 from duo.cli.args import (
+    add_max_ahead_arg,
     add_model_args,
     add_rpc_arg,
     add_sampling_args,
@@ -64,7 +65,7 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     g.add_argument("--repeat", type=positive, default=3, help="repeats of the suite (median)")
     g.add_argument("--draft", type=positive, default=8, metavar="K", help="draft tokens per round")
-    g.add_argument("--max-ahead", type=positive, default=12, metavar="N", help="drafter run-ahead")
+    add_max_ahead_arg(g, "an async drafter")
     g.add_argument(
         "--fanout",
         type=fanouts,
