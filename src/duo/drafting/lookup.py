@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from duo.core.draft import Proposal
+from duo.drafting.copying import LONG, CopyPointer
 from duo.drafting.ngram import Match, NgramIndex
 from duo.drafting.suffix import SuffixCache
 
@@ -30,21 +31,37 @@ def grade(m: Match) -> int:
 
 
 class NgramDrafts:
+    """The lookup's proposal, and the copy pointer's where it differs (a copy the
+    output has followed for longer than the lookup's key, or one resumed after an edit)."""
+
     def __init__(self, n_min: int = 2, n_max: int = 5) -> None:
         self.index = NgramIndex(n_min, n_max)
+        self.copy = CopyPointer(long_run=n_max)
 
     def begin(self, prompt: Sequence[int]) -> None:
         self.index.reset(prompt)
+        self.copy.reset()
 
     def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
         if len(self.index) != len(committed):  # out of step (never, for the lead): resync
-            self.index.reset(committed)
+            self.begin(committed)
+        if limit <= 0:
+            return []
+        copied = self.copy.propose(self.index.tokens, limit)
+        if copied and copied[1] == LONG:  # a longer match than any key: the lookup's rule
+            return [Proposal(NGRAM, *copied)]
         m = self.index.lookup(limit)
-        return [Proposal(NGRAM, m.tokens, grade(m))] if m and limit > 0 else []
+        if m and copied is None:
+            self.copy.follow(self.index.found, m.length)
+        out = [Proposal(NGRAM, m.tokens, grade(m))] if m else []
+        if copied and (not m or copied[0] != m.tokens):
+            out.insert(0, Proposal(NGRAM, *copied))
+        return out
 
     def commit(self, start: int, tokens: Sequence[int]) -> None:
         if start == len(self.index):
             self.index.extend(tokens)
+            self.copy.extend(self.index.tokens, start)
 
     def end(self) -> None:
         pass

@@ -55,9 +55,15 @@ class NgramIndex:
         self._tokens: list[int] = []
         self._count: dict[tuple[int, ...], int] = {}
         self._last: dict[tuple[int, ...], int] = {}
+        self.found = 0  # where the last lookup's proposal starts in `tokens`
 
     def __len__(self) -> int:
         return len(self._tokens)
+
+    @property
+    def tokens(self) -> list[int]:
+        """The known tokens (read only)."""
+        return self._tokens
 
     def reset(self, tokens: Iterable[int] = ()) -> None:
         """Forget everything and index `tokens` (a new request's prompt)."""
@@ -92,6 +98,7 @@ class NgramIndex:
             start = self._last.get(gram)
             if start is None:
                 continue
+            self.found = start
             proposal = tuple(seq[start : start + limit])
             earlier = self._count[gram] - 1
             support = self._count[(*gram, proposal[0])]
