@@ -131,6 +131,14 @@ def add_spec_args(p: argparse.ArgumentParser, *, modes: bool = True) -> None:
         help="longest n-gram looked up, down to 2 (default %(default)s)",
     )
     g.add_argument(
+        "--spec-ngram-size-m",
+        type=positive,
+        default=16,
+        metavar="M",
+        help="most tokens a lookup (ngram, suffix) drafts per round; the adaptive policy "
+        "verifies only the part worth its cost (default %(default)s)",
+    )
+    g.add_argument(
         "--pin", metavar="MAIN:DRAFT", help="pin main and drafter to cores, e.g. 0:1 (Linux)"
     )
     g.add_argument(
@@ -258,6 +266,7 @@ def spec_config(args: argparse.Namespace) -> SpecConfig:
         deterministic=args.deterministic,
         spec_types=parse_spec_types(args.spec_type),
         ngram_max=max(2, args.spec_ngram_size_n),
+        lookup_max=args.spec_ngram_size_m,
     )
 
 

@@ -133,17 +133,24 @@ class ThreadSlot:
 
 
 class Sources:
-    """Several draft sources at once: every proposal goes to the policy, which picks."""
+    """Several draft sources at once: every proposal goes to the policy, which picks.
+    Each source proposes at most its own cap (`caps`, by default the round's room): a
+    model drafter's drafts are --draft long, a lookup's may be longer."""
 
-    def __init__(self, sources: list[DraftSource]) -> None:
+    def __init__(self, sources: list[DraftSource], caps: list[int] | None = None) -> None:
         self.sources = sources
+        self.caps = caps or [1 << 30] * len(sources)
 
     def begin(self, prompt: Sequence[int]) -> None:
         for s in self.sources:
             s.begin(prompt)
 
     def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
-        return [p for s in self.sources for p in s.propose(committed, limit)]
+        return [
+            p
+            for s, cap in zip(self.sources, self.caps, strict=True)
+            for p in s.propose(committed, min(limit, cap))
+        ]
 
     def commit(self, start: int, tokens: Sequence[int]) -> None:
         for s in self.sources:

@@ -23,8 +23,8 @@ def calibrate(
     all_logits: bool = True,
     extra: Iterable[int] = (),
 ) -> CostModel:
-    """Measure the model's pass time for batch sizes 1..max_batch and `extra` (about a
-    second for 9 sizes), after `context` tokens (a pass costs more the longer the context:
+    """Measure the model's pass time for the batch sizes `spread(max_batch)` and `extra`
+    (about a second for 9 sizes), after `context` tokens (a pass costs more the longer the context:
     attention), with logits for every position (a verification) or for the last only (a
     drafter catching up). The model's KV holds what it held before."""
     base = len(model.tokens)
@@ -32,7 +32,7 @@ def calibrate(
     model.decode([filler] * max(1, context), all_logits=False)  # warm up, with context
     start = len(model.tokens)
     seconds: dict[int, float] = {}
-    for batch in [*range(1, max_batch + 1), *extra]:
+    for batch in [*spread(max_batch), *extra]:
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -42,3 +42,13 @@ def calibrate(
         seconds[batch] = sorted(times)[len(times) // 2]
     model.truncate(base)
     return CostModel(seconds)
+
+
+def spread(max_batch: int) -> list[int]:
+    """Every batch size up to 9, then sizes about 1.4x apart, and max_batch: the cost
+    model interpolates between them (a pass's cost grows smoothly with its batch), so a
+    long lookup cap costs a few more sizes to measure, not one per token."""
+    sizes = list(range(1, min(max_batch, 9) + 1))
+    while sizes[-1] < max_batch:
+        sizes.append(min(max_batch, round(sizes[-1] * 1.4)))
+    return sizes

@@ -87,6 +87,13 @@ class SpecConfig:
     deterministic: bool = False  # --deterministic: pad rounds to batches (identical numerics)
     spec_types: frozenset[str] = DEFAULT_SPEC_TYPES  # --spec-type: the draft sources
     ngram_max: int = 5  # --spec-ngram-size-n: the longest n-gram looked up (down to 2)
+    lookup_max: int = 16  # --spec-ngram-size-m: most tokens a lookup (ngram, suffix) proposes
+
+    @property
+    def round_max(self) -> int:
+        """Most draft tokens one round verifies: the model drafters' or the lookups'."""
+        lookups = self.spec_types & {"ngram", "suffix"}
+        return max(self.draft_max, self.lookup_max if lookups else 0)
 
 
 def resolve_models(

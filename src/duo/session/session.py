@@ -118,8 +118,12 @@ class Session:
             sources.append(NgramDrafts(2, self.spec.ngram_max))
         if self.suffix is not None:
             sources.append(SuffixDrafts(self.suffix))
+        caps = [self.spec.lookup_max] * len(sources)
         sources.extend(pool.source(slot) for pool in self.pools)
-        return NoDrafts() if not sources else sources[0] if len(sources) == 1 else Sources(sources)
+        caps += [self.spec.draft_max] * len(self.pools)
+        if len(sources) == 1:  # its cap is the round's (SpecConfig.round_max)
+            return sources[0]
+        return NoDrafts() if not sources else Sources(sources, caps)
 
     def generation(
         self,
@@ -140,7 +144,7 @@ class Session:
             prompt,
             max_tokens=max_tokens,
             drafts=self.drafts(slot),
-            draft_max=self.spec.draft_max,
+            draft_max=self.spec.round_max,
             sampler=sampling.sampler(grammar, record),
             policy=self.policy(slot),
             on_end=grammar.close if grammar else None,
@@ -199,7 +203,7 @@ class Session:
         """The main model's pass times by batch size, measured once: every size up to
         one slot's largest round, then whole multiples of it up to every slot's."""
         if self._costs is None:
-            k = self.spec.draft_max + 1
+            k = self.spec.round_max + 1
             self._costs = calibrate(self.main, k, extra=range(2 * k, self.slots * k + 1, k))
         return self._costs
 

@@ -115,6 +115,7 @@ class Extensions:
                 "policy": "adaptive" if spec.adaptive else "fixed",
                 "deterministic": spec.deterministic,
                 "ngram_max": spec.ngram_max,
+                "lookup_max": spec.lookup_max,
                 "local_drafter": props.local_drafter,
                 "drafters": props.drafters,
             },

@@ -269,6 +269,7 @@ class Speculative(TypedDict):
     policy: Literal["adaptive", "fixed"]
     deterministic: bool
     ngram_max: int
+    lookup_max: int
     local_drafter: bool
     drafters: Annotated[int, Meta(description="backs connected now")]
 
