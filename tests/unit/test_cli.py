@@ -62,6 +62,8 @@ from duo.errors import UsageError
         (["bench", "--loss", "101"], "a loss is between 0 and 100%"),
         (["bench", "--link", "wifi"], "invalid choice: 'wifi'"),
         (["bench", "--link", "loopback", "--rate", "10"], "not --link loopback"),
+        (["bench", "--peer-draft", "0,8"], "draft lengths must be between 1 and 256"),
+        (["bench", "--peer-draft", "4,8"], "--peer-draft sets the draft lengths of --clients'"),
         (["back", "--fanout", "two"], "integer >= 0"),
         (["back", "--rpc", "127.0.0.1:1", "--rpcd", "127.0.0.1:2"], "--rpc or --rpcd, not both"),
         (["generate", "-p", "hi", "--rpcd", "host"], "--rpcd: 'host' needs a port"),

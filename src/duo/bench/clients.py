@@ -33,13 +33,13 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import httpx
 
 from duo.bench.runners import Prompt, prompt_text
-from duo.bench.servers import start
+from duo.bench.servers import SPECULATIVE_PEERS, start
 from duo.bench.workloads import Session
 from duo.core.sampling import SamplingParams
 from duo.llama.backend import Model
@@ -237,10 +237,13 @@ def run(
     bin_dir: str | None,
     log: Callable[[str], None] = lambda _: None,
     suite: str = "",
+    peer_drafts: list[int] | None = None,
 ) -> ClientsReport:
     """Every server with every client count, `repeat` times, servers taking turns; over
-    prompts, or over sessions of dependent requests."""
+    prompts, or over sessions of dependent requests. llama-server's speculative peers run
+    at each of `peer_drafts` (draft lengths), as servers of their own."""
     slots = max(counts)
+    variants = _variants(servers, spec, peer_drafts)
     with Model(models.main, n_ctx=512) as model:  # its chat template renders every prompt
         render = _renderer(model)
         sessions = [p for p in prompts if isinstance(p, Session)]
@@ -257,16 +260,17 @@ def run(
                 "prompts": len(work),
                 "requests": sum(len(s.turns) for s in sessions) or len(texts),
                 "draft_max": spec.draft_max,
+                "peer_drafts": peer_drafts or [spec.draft_max],
                 "temperature": sampling.temperature,
             }
         )
         for rep in range(repeat):
             for c in counts:
-                for name in servers:
+                for name, kind, settings in variants:
                     # A fresh server for each count: duo's suffix cache must not remember
                     # the answers of the last one.
                     log(f"repeat {rep + 1}/{repeat}: {name}, {c} client(s)")
-                    server = start(name, models, spec, slots, bin_dir)
+                    server = start(kind, models, settings, slots, bin_dir)
                     try:
                         load(server.url, warm_up, 1, min(n, 16), sampling)
                         runs, seconds = load(server.url, work, c, n, sampling, render)
@@ -274,6 +278,20 @@ def run(
                         server.stop()
                     report.results.append(_result(name, c, runs, seconds, server.devices))
     return report
+
+
+def _variants(
+    servers: list[str], spec: SpecConfig, peer_drafts: list[int] | None
+) -> list[tuple[str, str, SpecConfig]]:
+    """(label, server, settings) for each server to measure: a speculative llama-server
+    once per draft length of `peer_drafts` (labelled SERVER/kK), the others once."""
+    out = []
+    for name in servers:
+        if peer_drafts and name in SPECULATIVE_PEERS:
+            out += [(f"{name}/k{k}", name, replace(spec, draft_max=k)) for k in peer_drafts]
+        else:
+            out.append((name, name, spec))
+    return out
 
 
 def _renderer(model: Model) -> Render:

@@ -16,6 +16,7 @@ from duo.net import free_port
 from duo.session.config import ModelConfig, SpecConfig
 
 SERVERS = ("duo", "duo+back", "llama-server", "llama-server+md", "llama-server+ngram")
+SPECULATIVE_PEERS = ("llama-server+md", "llama-server+ngram")  # they take a draft length
 
 
 class Server:

@@ -28,6 +28,10 @@ from typing import Any
 Message = dict[str, Any]
 WORKLOADS = ("agent", "multiturn", "code-edit")
 SESSIONS = 8  # per workload
+# `duo bench -n`'s default per workload: room for a whole answer (a code-edit answer is
+# the whole file, 350-460 tokens of the code model's), so the servers do what a client
+# asks rather than the first lines of it.
+ANSWER_TOKENS = {"code-edit": 512}
 
 
 @dataclass(frozen=True)
@@ -157,9 +161,11 @@ def _code_edit(rng: random.Random, i: int) -> Session:
         f"Here is a Python file:\n\n```python\n{file}```\n\nRename `{old}` to `{new}` "
         "everywhere. Answer with the whole file, in one code block, and nothing else."
     )
+    # An edit that touches several lines, which the model makes whole; asked to add a
+    # docstring, it answered with the file unchanged, or with the one function.
     second = (
-        f"Now add a one-line docstring to `summarize_{noun}s`. Answer with the whole file "
-        "again, in one code block."
+        "Next, change every `ValueError` to `TypeError`. Answer with the whole file again, "
+        "in one code block, and nothing else."
     )
     return Session(
         f"code-edit-{i}",

@@ -18,7 +18,7 @@ from duo.bench.servers import SERVERS
 from duo.bench.suite import MODES as BENCH_MODES
 from duo.bench.suite import PEER_MODES
 from duo.bench.variants import REMOTE_DRAFT
-from duo.bench.workloads import WORKLOADS, sessions
+from duo.bench.workloads import ANSWER_TOKENS, WORKLOADS, sessions
 from duo.cli.args import (
     add_max_ahead_arg,
     add_model_args,
@@ -30,6 +30,7 @@ from duo.cli.args import (
 )
 from duo.cli.values import (
     client_counts,
+    draft_lengths,
     fanouts,
     megabits,
     milliseconds,
@@ -53,7 +54,13 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=list(BENCH_MODES),
         help="modes to measure (default: all)",
     )
-    g.add_argument("-n", "--n-predict", type=positive, default=128, help="tokens per prompt")
+    g.add_argument(
+        "-n",
+        "--n-predict",
+        type=positive,
+        help="tokens per prompt (default 128; 512 with --suite code-edit, whose answers are "
+        "whole files)",
+    )
     g.add_argument("--prompts", help="a JSON-lines prompt file of your own")
     g.add_argument(
         "--suite",
@@ -149,6 +156,13 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="servers for --clients (default: duo's, and llama-server's with --llama-cpp-bin)",
     )
     g.add_argument(
+        "--peer-draft",
+        type=draft_lengths,
+        metavar="LIST",
+        help="for --clients: the draft lengths llama-server's speculative peers run at, each "
+        "measured as a server of its own, SERVER/kK (default: --draft)",
+    )
+    g.add_argument(
         "--spec-type",
         metavar="TYPES",
         help="for --clients: the draft sources of duo's servers, as duo lead takes them "
@@ -166,6 +180,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.suite in WORKLOADS and not args.clients:
         raise UsageError(f"--suite {args.suite} is sessions of requests to a server: add --clients")
     prompts = [] if args.suite in WORKLOADS else bench.load_prompts(args.prompts, args.suite)
+    if args.n_predict is None:
+        args.n_predict = ANSWER_TOKENS.get(args.suite, 128)
     if args.repeat > 1 and len(prompts) == 1:
         raise UsageError("--repeat needs at least two prompts (a drafter would cache the answer)")
     devices = args.devices
@@ -181,6 +197,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         draft_cores=draft_cores,
         adaptive=args.policy == "adaptive",
     )
+    if args.peer_draft and not args.clients:
+        raise UsageError("--peer-draft sets the draft lengths of --clients' llama-server peers")
     if args.spec_type is not None:
         if not args.clients:
             raise UsageError("--spec-type sets the draft sources of --clients' servers")
@@ -269,6 +287,7 @@ def _bench_clients(
         args.llama_cpp_bin,
         log=lambda msg: print(f"\r\x1b[K{msg}", end="", file=sys.stderr, flush=True),
         suite=args.suite,
+        peer_drafts=args.peer_draft,
     )
     print(file=sys.stderr)
     print(report.table())

@@ -99,3 +99,8 @@ def proportions(text: str) -> tuple[float, ...]:
 def client_counts(text: str) -> list[int]:
     bounds = "client counts must be between 1 and 64"
     return sorted(_numbers(text, int, "counts like 1,2,4", 1, 64, bounds))
+
+
+def draft_lengths(text: str) -> list[int]:
+    bounds = "draft lengths must be between 1 and 256"
+    return sorted(set(_numbers(text, int, "lengths like 4,8,16", 1, 256, bounds)))
