@@ -6,16 +6,19 @@ from duo.bench.clients import _variants
 from duo.session.config import SpecConfig
 
 
-def test_speculative_peers_run_once_per_draft_length_and_the_rest_once() -> None:
+def test_speculative_peers_run_at_each_setting_and_the_rest_once() -> None:
     spec = SpecConfig(draft_max=8)
     servers = ["duo", "llama-server", "llama-server+ngram", "llama-server+md"]
-    got = _variants(servers, spec, [4, 16])
-    assert [(label, kind, s.draft_max) for label, kind, s in got] == [
-        ("duo", "duo", 8),
-        ("llama-server", "llama-server", 8),
-        ("llama-server+ngram/k4", "llama-server+ngram", 4),
-        ("llama-server+ngram/k16", "llama-server+ngram", 16),
-        ("llama-server+md/k4", "llama-server+md", 4),
-        ("llama-server+md/k16", "llama-server+md", 16),
+    got = _variants(servers, spec, [4, 16], [3, 6])
+    assert [(label, kind, s.draft_max, key) for label, kind, s, key in got] == [
+        ("duo", "duo", 8, 3),
+        ("llama-server", "llama-server", 8, 3),
+        ("llama-server+ngram/k4/n3", "llama-server+ngram", 4, 3),
+        ("llama-server+ngram/k4/n6", "llama-server+ngram", 4, 6),
+        ("llama-server+ngram/k16/n3", "llama-server+ngram", 16, 3),
+        ("llama-server+ngram/k16/n6", "llama-server+ngram", 16, 6),
+        ("llama-server+md/k4", "llama-server+md", 4, 3),
+        ("llama-server+md/k16", "llama-server+md", 16, 3),
     ]
-    assert [label for label, _, _ in _variants(servers, spec, None)] == servers
+    plain = _variants(servers, spec, [8], [3])  # one setting each: the plain names
+    assert [(label, s.draft_max) for label, _, s, _ in plain] == [(n, 8) for n in servers]

@@ -238,12 +238,14 @@ def run(
     log: Callable[[str], None] = lambda _: None,
     suite: str = "",
     peer_drafts: list[int] | None = None,
+    peer_keys: list[int] | None = None,
 ) -> ClientsReport:
     """Every server with every client count, `repeat` times, servers taking turns; over
     prompts, or over sessions of dependent requests. llama-server's speculative peers run
-    at each of `peer_drafts` (draft lengths), as servers of their own."""
+    at each of `peer_drafts` (draft lengths) and, for its n-gram pool, `peer_keys` (key
+    lengths), as servers of their own."""
     slots = max(counts)
-    variants = _variants(servers, spec, peer_drafts)
+    variants = _variants(servers, spec, peer_drafts or [spec.draft_max], peer_keys or [3])
     with Model(models.main, n_ctx=512) as model:  # its chat template renders every prompt
         render = _renderer(model)
         sessions = [p for p in prompts if isinstance(p, Session)]
@@ -261,16 +263,17 @@ def run(
                 "requests": sum(len(s.turns) for s in sessions) or len(texts),
                 "draft_max": spec.draft_max,
                 "peer_drafts": peer_drafts or [spec.draft_max],
+                "peer_keys": peer_keys or [3],
                 "temperature": sampling.temperature,
             }
         )
         for rep in range(repeat):
             for c in counts:
-                for name, kind, settings in variants:
+                for name, kind, settings, key in variants:
                     # A fresh server for each count: duo's suffix cache must not remember
                     # the answers of the last one.
                     log(f"repeat {rep + 1}/{repeat}: {name}, {c} client(s)")
-                    server = start(kind, models, settings, slots, bin_dir)
+                    server = start(kind, models, settings, slots, bin_dir, key)
                     try:
                         load(server.url, warm_up, 1, min(n, 16), sampling)
                         runs, seconds = load(server.url, work, c, n, sampling, render)
@@ -281,16 +284,21 @@ def run(
 
 
 def _variants(
-    servers: list[str], spec: SpecConfig, peer_drafts: list[int] | None
-) -> list[tuple[str, str, SpecConfig]]:
-    """(label, server, settings) for each server to measure: a speculative llama-server
-    once per draft length of `peer_drafts` (labelled SERVER/kK), the others once."""
+    servers: list[str], spec: SpecConfig, drafts: list[int], keys: list[int]
+) -> list[tuple[str, str, SpecConfig, int]]:
+    """(label, server, settings, n-gram key) for each server to measure: a speculative
+    llama-server once per draft length (labelled SERVER/kK when there are several), its
+    n-gram pool once per key length too (SERVER/kK/nN), the others once."""
     out = []
     for name in servers:
-        if peer_drafts and name in SPECULATIVE_PEERS:
-            out += [(f"{name}/k{k}", name, replace(spec, draft_max=k)) for k in peer_drafts]
-        else:
-            out.append((name, name, spec))
+        if name not in SPECULATIVE_PEERS:
+            out.append((name, name, spec, 3))
+            continue
+        for k in drafts:
+            label = name + (f"/k{k}" if len(drafts) > 1 else "")
+            for key in keys if name == "llama-server+ngram" else [3]:
+                tag = f"/n{key}" if len(keys) > 1 and name == "llama-server+ngram" else ""
+                out.append((label + tag, name, replace(spec, draft_max=k), key))
     return out
 
 

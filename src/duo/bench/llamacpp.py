@@ -130,16 +130,16 @@ def completion_timings(out: str) -> dict[str, Any]:
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 
 
-def ngram_flags(spec_types: str, k: int) -> list[str]:
+def ngram_flags(spec_types: str, k: int, key: int = 3) -> list[str]:
     """Each n-gram type's settings, as duo's lookup uses them: a short key (3 tokens) and
     drafts of at most k tokens. llama.cpp's defaults (12-token keys, 48-64-token drafts,
     made for GPUs) drafted nothing on these prompts."""
     flags: list[str] = []
     for kind in spec_types.split(","):
         if kind in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
-            flags += [f"--spec-{kind}-size-n", "3", f"--spec-{kind}-size-m", str(k)]
+            flags += [f"--spec-{kind}-size-n", str(key), f"--spec-{kind}-size-m", str(k)]
         elif kind == "ngram-mod":
-            flags += ["--spec-ngram-mod-n-match", "3", "--spec-ngram-mod-n-min", "1"]
+            flags += ["--spec-ngram-mod-n-match", str(key), "--spec-ngram-mod-n-min", "1"]
             flags += ["--spec-ngram-mod-n-max", str(k)]
     return flags
 

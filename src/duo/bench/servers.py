@@ -57,8 +57,10 @@ def start(
     spec: SpecConfig,
     slots: int,
     bin_dir: str | None,
+    key: int = 3,
 ) -> Server:
-    """Start one of SERVERS with `slots` slots."""
+    """Start one of SERVERS with `slots` slots (`key`: llama-server+ngram's n-gram key
+    length)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     every = str(len(os.sched_getaffinity(0)))
@@ -95,5 +97,5 @@ def start(
         ]  # fmt: skip
         devices = f"main + draft: all cores x{every}t (llama.cpp)"
     if name == "llama-server+ngram":
-        server += ["--spec-type", "ngram-mod", *ngram_flags("ngram-mod", spec.draft_max)]
+        server += ["--spec-type", "ngram-mod", *ngram_flags("ngram-mod", spec.draft_max, key)]
     return Server(name, [server], devices, url)

@@ -163,6 +163,13 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "measured as a server of its own, SERVER/kK (default: --draft)",
     )
     g.add_argument(
+        "--peer-key",
+        type=draft_lengths,
+        metavar="LIST",
+        help="for --clients: the n-gram key lengths llama-server+ngram runs at "
+        "(--spec-ngram-mod-n-match), each a server of its own, SERVER/nN (default 3)",
+    )
+    g.add_argument(
         "--spec-type",
         metavar="TYPES",
         help="for --clients: the draft sources of duo's servers, as duo lead takes them "
@@ -197,8 +204,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         draft_cores=draft_cores,
         adaptive=args.policy == "adaptive",
     )
-    if args.peer_draft and not args.clients:
-        raise UsageError("--peer-draft sets the draft lengths of --clients' llama-server peers")
+    if (args.peer_draft or args.peer_key) and not args.clients:
+        raise UsageError("--peer-draft and --peer-key set --clients' llama-server peers")
     if args.spec_type is not None:
         if not args.clients:
             raise UsageError("--spec-type sets the draft sources of --clients' servers")
@@ -288,6 +295,7 @@ def _bench_clients(
         log=lambda msg: print(f"\r\x1b[K{msg}", end="", file=sys.stderr, flush=True),
         suite=args.suite,
         peer_drafts=args.peer_draft,
+        peer_keys=args.peer_key,
     )
     print(file=sys.stderr)
     print(report.table())
