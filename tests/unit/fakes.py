@@ -111,6 +111,7 @@ class FakeBatchModel:
     def __init__(self, seqs: list[FakeModel]) -> None:
         self.seqs = seqs
         self.n_vocab = N_VOCAB
+        self.n_batch = 512
         self.passes: list[list[int]] = []  # per pass, the tokens of each part
 
     def sequence(self, seq: int) -> FakeModel:

@@ -170,3 +170,19 @@ def test_every_slot_learns_what_a_source_is_worth() -> None:
     # ...and a grade neither has seen starts from what the n-gram source is worth.
     assert second.choose([Proposal("ngram", (1, 2, 3), grade=4)]).n == 0
     assert PerSource(costs).choose([Proposal("ngram", (1, 2, 3), grade=4)]).n > 0
+
+
+def test_a_draft_is_never_longer_than_the_pass_has_room_for() -> None:
+    """A prompt piece that nearly fills the batch, with the round of a generation whose
+    lookup offers a long draft: the draft is cut to what is left of n_batch."""
+    table = table_model(5)
+    seqs = [FakeModel(table) for _ in range(2)]
+    main = FakeBatchModel(seqs)
+    main.n_batch = 12
+    repeats = reference(table, [1, 2, 3], 40)
+    running = Generation(
+        seqs[0], [1, 2, 3, *repeats], max_tokens=20, drafts=NgramDrafts(2, 4), draft_max=16
+    )
+    running.start()  # its output repeats its prompt: the lookup drafts 16 tokens
+    step(main, [(0, running)], [(1, [4, 5, 6, 7, 8, 9, 10, 11, 12])])
+    assert sum(main.passes[-1]) == main.n_batch - 9  # its token and 2 of its draft

@@ -192,6 +192,8 @@ def run(
 class BatchModel(Protocol):
     """A main model with several sequences, evaluated together (duo.llama.backend.Model)."""
 
+    n_batch: int  # most tokens one pass holds
+
     def decode_batch(
         self,
         parts: Sequence[tuple[int, Sequence[int]]],
@@ -215,7 +217,7 @@ def step(
     Each generation's policy chooses its draft knowing what the batch already holds: the
     prompt pieces, the tokens and expected yield of the generations before it, and one
     token (yielding one) for each after it. A draft worth verifying alone can be worth less
-    in a large batch.
+    in a large batch, and none is longer than the pass has room for (n_batch).
     """
     results: list[Round | Exception | None] = [None] * len(gens)
     parts: list[tuple[int, Sequence[int]]] = []
@@ -224,7 +226,8 @@ def step(
     for i, (seq, g) in enumerate(gens):
         after = len(gens) - 1 - i
         try:
-            batch = g.plan(Base(expected + after, tokens + after))
+            space = main.n_batch - tokens - after - 1  # for this one's draft
+            batch = g.plan(Base(expected + after, tokens + after), space)
         except Exception as e:
             results[i] = e
             continue
@@ -296,13 +299,15 @@ class Generation:
         self.drafts.begin(self.prompt)
         return reuse(self.main, self.prompt)
 
-    def plan(self, base: Base = ALONE) -> list[int]:
-        """The tokens this round evaluates: the last committed token and the draft."""
+    def plan(self, base: Base = ALONE, space: int = 1 << 30) -> list[int]:
+        """The tokens this round evaluates: the last committed token and the draft (of at
+        most `space` tokens: what the pass has room for)."""
         self._started = time.perf_counter()
         committed = self.committed
         # Room for the draft: the bonus token counts against max_tokens too.
         room = min(
             self.draft_max,
+            space,
             self.max_tokens - self.produced - 1,
             self.main.n_ctx - len(committed),
         )

@@ -243,7 +243,7 @@ class Engine:
             return
         everyone = sorted(self._running.values(), key=lambda r: r.slot)
         room = self._prompt_room(sum(not r.prompt for r in everyone))
-        feeding = self._prompt_pieces([r for r in everyone if r.prompt], room)
+        feeding = prompt_pieces([r for r in everyone if r.prompt], room)
         # A request whose prompt ends in this pass runs its first round in it too.
         ending = {r.slot for r, piece in feeding if len(piece) == len(r.prompt)}
         order = [r for r in everyone if not r.prompt or r.slot in ending]
@@ -276,20 +276,6 @@ class Engine:
         admitted = len(self._running)  # the round once every prompt is read
         room = self.session.costs().room(decoding, PIECE_STRETCH, n_batch - decoding, admitted)
         return max(room, PIECE_LEAST)
-
-    def _prompt_pieces(self, feeding: list[Running], room: int) -> list[tuple[Running, list[int]]]:
-        """The prompt tokens this round evaluates: up to `room` in all, oldest request
-        first. A prompt evaluated in pieces alongside the running requests' rounds delays
-        each of their rounds a little, where a pass of its own would stall them all for
-        the whole prompt."""
-        pieces = []
-        for running in sorted(feeding, key=lambda r: r.since):
-            if room <= 0:
-                break
-            piece = running.prompt[:room]
-            pieces.append((running, piece))
-            room -= len(piece)
-        return pieces
 
     def _advance(self, running: Running, r: Round) -> None:
         running.stats.add(r)
@@ -355,3 +341,20 @@ class Engine:
         else:  # never let one request take the lead down
             log.error("generation failed", exc_info=e)
             ticket.emit(Failed(f"internal error: {e}"))
+
+
+def prompt_pieces(feeding: list[Running], room: int) -> list[tuple[Running, list[int]]]:
+    """The prompt tokens a round evaluates: up to `room` in all, oldest request first, a
+    prompt that ends in the round leaving room for its first round's token. A prompt
+    evaluated in pieces alongside the running requests' rounds delays each of their rounds
+    a little, where a pass of its own would stall them all for the whole prompt."""
+    pieces = []
+    for running in sorted(feeding, key=lambda r: r.since):
+        piece = running.prompt[:room]
+        if len(piece) == len(running.prompt):  # it ends here: its first round rides too
+            piece = piece[: room - 1]
+        if not piece:
+            break
+        pieces.append((running, piece))
+        room -= len(piece) + (len(piece) == len(running.prompt))
+    return pieces

@@ -1,0 +1,21 @@
+"""How a lead cuts the prompts it reads into a pass (duo.lead.engine.jobs)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from duo.lead.engine.jobs import prompt_pieces
+
+
+def pieces(prompts: list[list[int]], room: int) -> list[list[int]]:
+    feeding: Any = [SimpleNamespace(prompt=p, since=i) for i, p in enumerate(prompts)]
+    return [piece for _, piece in prompt_pieces(feeding, room)]
+
+
+def test_a_prompt_that_ends_in_the_pass_leaves_room_for_its_first_round() -> None:
+    assert pieces([[1] * 10], 12) == [[1] * 10]  # 10 + its first token fit 12
+    assert pieces([[1] * 12], 12) == [[1] * 11]  # it ends in the next pass instead
+    assert pieces([[1] * 11], 12) == [[1] * 11]
+    assert pieces([[1] * 5, [2] * 9], 12) == [[1] * 5, [2] * 6]  # 5 + 1, then 6 left
+    assert pieces([[1] * 3, [2] * 2], 4) == [[1] * 3]  # no room for the second one's token
