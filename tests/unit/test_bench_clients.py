@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from duo.bench.clients import _variants
+import httpx
+import pytest
+
+from duo.bench.clients import _Client, _stream, _variants
+from duo.core.sampling import GREEDY
+from duo.errors import GenerationFailed
 from duo.session.config import SpecConfig
 
 
@@ -22,3 +27,13 @@ def test_speculative_peers_run_at_each_setting_and_the_rest_once() -> None:
     ]
     plain = _variants(servers, spec, [8], [3])  # one setting each: the plain names
     assert [(label, s.draft_max) for label, _, s, _ in plain] == [(n, 8) for n in servers]
+
+
+def test_an_error_in_the_stream_fails_the_bench_instead_of_counting_a_short_answer() -> None:
+    body = b'data: {"error": {"message": "internal error: boom"}}\n\ndata: [DONE]\n\n'
+    transport = httpx.MockTransport(lambda _: httpx.Response(200, content=body))
+    with (
+        httpx.Client(base_url="http://lead", transport=transport) as http,
+        pytest.raises(GenerationFailed, match="internal error: boom"),
+    ):
+        _stream(http, "hi", 8, GREEDY, _Client())

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from duo.channel.endpoint import WireStats
-from duo.core.engine import Round
+from duo.core.engine import Prefill, Round
 from duo.core.stats import Stats
 from duo.lead.engine.metrics import Metrics
+from duo.lead.openai.format import timings
 
 
 def samples(text: str) -> dict[str, float]:
@@ -37,3 +38,13 @@ def test_readiness_and_received_drafts_add_up_across_generations() -> None:
     assert m['duo_rounds_after_total{after="rejection"}'] == 2
     assert m['duo_rounds_ready_after_total{after="rejection"}'] == 0
     assert m["duo_rounds_total"] == 8
+
+
+def test_timings_count_the_prompt_tokens_evaluated_and_those_kept_apart() -> None:
+    """As llama-server's: prompt_n is what the pass read, cache_n what the slot kept."""
+    s, other = Stats(), Stats()
+    s.add_prefill(Prefill(prompt_tokens=120, reused=100, seconds=0.05))
+    other.add_prefill(Prefill(prompt_tokens=30, reused=0, seconds=0.1))
+    s.merge(other)
+    t = timings(s)
+    assert (t["prompt_n"], t["cache_n"]) == (50, 100)

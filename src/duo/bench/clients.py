@@ -42,6 +42,7 @@ from duo.bench.runners import Prompt, prompt_text
 from duo.bench.servers import SPECULATIVE_PEERS, start
 from duo.bench.workloads import Session
 from duo.core.sampling import SamplingParams
+from duo.errors import GenerationFailed
 from duo.llama.backend import Model
 from duo.session.config import ModelConfig, SpecConfig
 
@@ -199,6 +200,10 @@ def _stream(http: httpx.Client, text: str, n: int, sampling: SamplingParams, out
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
+            if "error" in chunk:  # a server's failure mid-stream: not a short answer
+                err = chunk["error"]
+                message = err.get("message", err) if isinstance(err, dict) else err
+                raise GenerationFailed(f"the server failed a request: {message}")
             choices = chunk.get("choices") or []
             if choices and choices[0].get("text"):
                 pieces.append(choices[0]["text"])

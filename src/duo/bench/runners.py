@@ -287,7 +287,7 @@ def _complete(
                 ttft = time.perf_counter() - t0
             timings = chunk.get("timings", timings)
     s = Stats(
-        prompt_tokens=timings["prompt_n"],
+        prompt_tokens=timings["prompt_n"] + timings["cache_n"],
         prefill_seconds=timings["prompt_ms"] / 1000,
         tokens=timings["predicted_n"],
         rounds=timings["rounds"],

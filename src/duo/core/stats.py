@@ -54,6 +54,7 @@ class Readiness:
 @dataclass(slots=True)
 class Stats:
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # of which the KV was kept from the slot's last request
     prefill_seconds: float = 0.0
     tokens: int = 0
     rounds: int = 0
@@ -69,6 +70,7 @@ class Stats:
 
     def add_prefill(self, p: Prefill) -> None:
         self.prompt_tokens += p.prompt_tokens
+        self.cached_tokens += p.reused
         self.prefill_seconds += p.seconds
 
     def add(self, r: Round) -> None:
@@ -93,6 +95,7 @@ class Stats:
     def merge(self, other: Stats) -> None:
         """Add another generation's counts (not its trace)."""
         self.prompt_tokens += other.prompt_tokens
+        self.cached_tokens += other.cached_tokens
         self.prefill_seconds += other.prefill_seconds
         self.tokens += other.tokens
         self.rounds += other.rounds

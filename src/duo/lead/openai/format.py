@@ -47,7 +47,8 @@ def usage(s: Stats) -> Usage:
 def timings(s: Stats) -> Timings:
     """llama.cpp server's `timings`, plus the speculation figures."""
     return {
-        "prompt_n": s.prompt_tokens,
+        "prompt_n": s.prompt_tokens - s.cached_tokens,
+        "cache_n": s.cached_tokens,
         "prompt_ms": 1000 * s.prefill_seconds,
         "predicted_n": s.tokens,
         "predicted_ms": 1000 * s.decode_seconds,

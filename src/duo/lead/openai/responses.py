@@ -56,7 +56,8 @@ class SourceTimings(TypedDict):
 class Timings(TypedDict):
     """llama.cpp's timings plus the speculation figures (all choices together)."""
 
-    prompt_n: int
+    prompt_n: Annotated[int, Meta(description="prompt tokens evaluated (as llama-server)")]
+    cache_n: Annotated[int, Meta(description="prompt tokens whose KV was kept from before")]
     prompt_ms: float
     predicted_n: int
     predicted_ms: float
