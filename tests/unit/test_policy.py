@@ -226,3 +226,17 @@ def test_per_source_explores_a_source_that_does_not_pay_as_often_as_asked() -> N
     assert verified(4) == [3, 11]  # the 4th offer, then 8 later (backing off)
     assert verified(8) == [7]
     assert verified(10**9) == []
+
+
+def test_positions_no_draft_reached_yet_are_as_likely_as_the_deepest_one_tested() -> None:
+    """A copy accepted whole, three tokens at a time: the fourth position and beyond are
+    taken at the third's rate, not at the flat prior, so the next draft may be longer."""
+    a = Acceptance(prior=0.5)
+    for _ in range(20):
+        a.observe(3, 3)
+    assert a.p(2) > 0.85 and a.p(3) == a.p(10) == a.p(2)
+    child = Acceptance(parent=a)  # a grade never seen: its source's estimate, as deep
+    assert child.p(7) == a.p(2)
+    costs = CostModel({1: 1.0, 9: 1.6, 17: 2.4})
+    assert best_length(16, costs.cost, a.p) > 3
+    assert Acceptance(prior=0.5).p(5) == 0.5  # nothing tested at all: the prior

@@ -140,7 +140,13 @@ class Acceptance:
             self._as_of = stamp
         if i < len(self._table):
             return self._table[i]
-        return self.prior if self.parent is None else self.parent.p(i)  # untested here
+        if self.parent is not None:  # untested here
+            return self.parent.p(i)
+        # Untested anywhere: as deep as the deepest position tested. Within a streak of
+        # agreement the chance of the next token rises, if anything, so a flat prior
+        # (below what a copy shows) would keep drafts from ever growing past the positions
+        # tried so far, since a position is tried only by a draft that reaches it.
+        return self._table[-1] if self._table else self.prior
 
     def _stamp(self) -> int:
         """Grows with every observation of this table or of one it takes its prior from."""
