@@ -131,9 +131,9 @@ NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngr
 
 
 def ngram_flags(spec_types: str, k: int, key: int = 3) -> list[str]:
-    """Each n-gram type's settings, as duo's lookup uses them: a short key (3 tokens) and
-    drafts of at most k tokens. llama.cpp's defaults (12-token keys, 48-64-token drafts,
-    made for GPUs) drafted nothing on these prompts."""
+    """Each n-gram type's settings, as duo's lookup uses them: a short key (`key` tokens,
+    3 unless a bench sweeps it) and drafts of at most k tokens. llama.cpp's defaults
+    (12-token keys, 48-64-token drafts, made for GPUs) drafted nothing on these prompts."""
     flags: list[str] = []
     for kind in spec_types.split(","):
         if kind in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):

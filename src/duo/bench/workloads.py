@@ -29,7 +29,7 @@ Message = dict[str, Any]
 WORKLOADS = ("agent", "multiturn", "code-edit")
 SESSIONS = 8  # per workload
 # `duo bench -n`'s default per workload: room for a whole answer (a code-edit answer is
-# the whole file, 350-460 tokens of the code model's), so the servers do what a client
+# the whole file, 350-500 tokens of the code model's), so the servers do what a client
 # asks rather than the first lines of it.
 ANSWER_TOKENS = {"code-edit": 512}
 
