@@ -121,9 +121,10 @@ class Session:
         caps = [self.spec.lookup_max] * len(sources)
         sources.extend(pool.source(slot) for pool in self.pools)
         caps += [self.spec.draft_max] * len(self.pools)
-        if len(sources) == 1:  # its cap is the round's (SpecConfig.round_max)
-            return sources[0]
-        return NoDrafts() if not sources else Sources(sources, caps)
+        if not sources:
+            return NoDrafts()
+        # A lone source's cap is the round's own (SpecConfig.round_max).
+        return sources[0] if len(sources) == 1 else Sources(sources, caps)
 
     def generation(
         self,
@@ -200,8 +201,9 @@ class Session:
         return self._policies[slot]
 
     def costs(self) -> CostModel:
-        """The main model's pass times by batch size, measured once: every size up to
-        one slot's largest round, then whole multiples of it up to every slot's."""
+        """The main model's pass times by batch size, measured once: sizes up to one
+        slot's largest round (every one up to 9, then spread out), then whole multiples
+        of it up to every slot's."""
         if self._costs is None:
             k = self.spec.round_max + 1
             self._costs = calibrate(self.main, k, extra=range(2 * k, self.slots * k + 1, k))
