@@ -157,3 +157,28 @@ def test_a_model_drafter_drafts_for_every_running_request(
     # Drafts for the right request continue a count: most of those verified are accepted
     # (drafts for another request's sequence would be rejected).
     assert accepted >= verified / 2, results
+
+
+def test_a_slot_takes_a_prefix_another_slot_holds(cluster: Cluster) -> None:
+    """A request arriving while the slot that read its prefix is busy goes to another slot,
+    and takes that prefix's KV from the busy one (cache_n) instead of reading it again, as
+    the system prompt every session of an agent sends is read once, not once per slot."""
+    _, url = cluster.lead("--parallel", "2", "--spec-type", "none", "--quiet")
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=300)
+    system = "You are a careful assistant. " * 20
+    first = client.completions.create(
+        model="duo", prompt=system + "Name a fruit.", max_tokens=4, temperature=0
+    )
+    known = (first.model_extra or {})["timings"]["prompt_n"]  # all of it: a fresh lead
+    body = {"prompt": system + "Count to one hundred.", "max_tokens": 400, "stream": True}
+    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=300) as busy:
+        lines = busy.iter_lines()
+        next(line for line in lines if line.startswith("data: "))
+        wait_until(lambda: health(url)["slots_busy"] == 1, 30, "the prefix's slot busy")
+        r = client.completions.create(
+            model="duo", prompt=system + "Name a colour.", max_tokens=4, temperature=0
+        )
+    t = (r.model_extra or {})["timings"]
+    assert t["cache_n"] >= known - 8, t  # the shared prefix, less the differing ending
+    assert r.usage is not None
+    assert t["prompt_n"] + t["cache_n"] == r.usage.prompt_tokens

@@ -162,6 +162,7 @@ class Model:
         cparams.n_seq_max = n_seq + forks
         shared = not deterministic and n_seq + forks > 1  # one KV buffer for every sequence
         cparams.kv_unified = shared
+        self.shares_cells = shared  # so a sequence can take another's prefix (`fork`)
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
         cparams.no_perf = True

@@ -2,11 +2,12 @@
 
 The main model holds one sequence per slot (`duo lead --parallel N`, llama.cpp's -np).
 A request waits in the queue until a slot is free, then takes the free slot whose KV
-cache shares the longest prefix with its prompt (as llama-server picks). Its prompt is
-evaluated in pieces that ride along with the running requests' rounds (whole batches
-when nothing else runs), and from then on every running request advances together: one
-pass of the main model per round holds each one's last token and chosen draft
-(duo.core.engine.step).
+cache shares the longest prefix with its prompt (as llama-server picks); if another slot,
+busy or not, holds a longer prefix of it, the request's slot shares those KV cells. Its
+prompt is evaluated in pieces that ride along with the running requests' rounds (whole
+batches when nothing else runs), and from then on every running request advances
+together: one pass of the main model per round holds each one's last token and chosen
+draft (duo.core.engine.step).
 A request that fails, stops or is cancelled leaves its slot without disturbing the
 others. Its text streams back as events through `emit`, which must be thread-safe.
 A `call` (a drafter-driven client's verification, duo.core.verifier) runs between rounds
@@ -202,6 +203,7 @@ class Engine:
     def _start(self, ticket: Ticket) -> None:
         job = ticket.job
         slot = self._pick_slot(job.prompt)
+        self._borrow_prefix(slot, job.prompt)
         record: list[TokenLogprob] | None = [] if job.sampling.logprobs is not None else None
         try:
             gen = self.session.generation(
@@ -235,6 +237,19 @@ class Engine:
         seqs = self.session.main.seqs
         free = [s for s in range(self.slots) if s not in self._running]
         return max(free, key=lambda s: common_prefix(seqs[s], prompt))
+
+    def _borrow_prefix(self, slot: int, prompt: list[int]) -> None:
+        """If another slot, running or not, holds a longer prefix of the prompt than `slot`
+        does, `slot` takes it over: the KV cells are shared, not computed again (a system
+        prompt every session sends is read once, not once per slot)."""
+        main = self.session.main
+        if not main.shares_cells:  # a deterministic model: a buffer per sequence
+            return
+        seqs = main.seqs
+        shared = [min(common_prefix(seqs[s], prompt), len(prompt) - 1) for s in range(self.slots)]
+        best = max(range(self.slots), key=shared.__getitem__)
+        if shared[best] > shared[slot]:
+            main.fork(best, slot, shared[best])
 
     def _round(self) -> None:
         for running in [r for r in self._running.values() if r.ticket.job.cancelled.is_set()]:
