@@ -195,6 +195,7 @@ class Engine:
 
     def _call(self, call: Call) -> None:
         slot = self._pick_slot(call.tokens)
+        self._borrow_prefix(slot, call.tokens)
         try:
             call.future.set_result(call.fn(self.session.main.sequence(slot)))
         except Exception as e:
