@@ -170,7 +170,9 @@ def test_a_slot_takes_a_prefix_another_slot_holds(cluster: Cluster) -> None:
         model="duo", prompt=system + "Name a fruit.", max_tokens=4, temperature=0
     )
     known = (first.model_extra or {})["timings"]["prompt_n"]  # all of it: a fresh lead
-    body = {"prompt": system + "Count to one hundred.", "max_tokens": 400, "stream": True}
+    # Counting goes on to max_tokens (greedy): the slot stays busy for seconds.
+    count = system + "1, 2, 3, 4, 5, 6,"
+    body = {"prompt": count, "max_tokens": 400, "temperature": 0, "stream": True}
     with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=300) as busy:
         lines = busy.iter_lines()
         next(line for line in lines if line.startswith("data: "))
