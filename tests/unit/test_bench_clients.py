@@ -1,11 +1,11 @@
-"""Which servers `duo bench --clients` measures, and at which settings."""
+"""Which servers `duo bench --clients` measures, at which settings, and its table."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 
-from duo.bench.clients import _Client, _stream, _variants
+from duo.bench.clients import ClientsReport, LoadResult, _Client, _stream, _variants
 from duo.core.sampling import GREEDY
 from duo.errors import GenerationFailed
 from duo.session.config import SpecConfig
@@ -37,3 +37,17 @@ def test_an_error_in_the_stream_fails_the_bench_instead_of_counting_a_short_answ
         pytest.raises(GenerationFailed, match="internal error: boom"),
     ):
         _stream(http, "hi", 8, GREEDY, _Client())
+
+
+def test_the_table_keeps_its_columns_for_long_server_names() -> None:
+    """A peer's label with its settings is longer than a plain name: every row's figures
+    still start where the header's do."""
+    ms = {"p50": 1.0, "p99": 2.0}
+    report = ClientsReport({})
+    for server in ["duo", "llama-server+ngram/k16/n12"]:
+        for clients in (1, 4):
+            report.results.append(LoadResult(server, clients, 100 * clients, 2.0, ms, ms, ms))
+    header, *rows = report.table().splitlines()
+    assert len(rows) == 4
+    column = header.index("clients") + len("clients")  # the counts are right-aligned to it
+    assert all(row[column - 1] in "14" and row[column] == " " for row in rows), rows

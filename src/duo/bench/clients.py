@@ -81,8 +81,9 @@ class ClientsReport:
 
     def table(self) -> str:
         counts = sorted({r.clients for r in self.results})
+        width = max([len("server"), *(len(r.server) for r in self.results)])
         lines = [
-            f"{'server':18} {'clients':>7} {'tok/s':>7} {'x 1 client':>10} "
+            f"{'server':{width}} {'clients':>7} {'tok/s':>7} {'x 1 client':>10} "
             f"{'TTFT p50/p99 ms':>16} {'gap p50/p99 ms':>15} {'ITL p50/p99 ms':>15} "
             f"{'accept':>6}  devices"
         ]
@@ -95,7 +96,7 @@ class ClientsReport:
                 scale = r.tokens_per_second / one.tokens_per_second if one else 0.0
                 rate = r.acceptance_rate
                 lines.append(
-                    f"{server:18} {c:>7} {r.tokens_per_second:7.1f} {scale:9.2f}x "
+                    f"{server:{width}} {c:>7} {r.tokens_per_second:7.1f} {scale:9.2f}x "
                     f"{r.ttft_ms['p50']:7.0f}/{r.ttft_ms['p99']:<8.0f} "
                     f"{r.gap_ms['p50']:6.0f}/{r.gap_ms['p99']:<8.0f} "
                     f"{r.itl_ms['p50']:6.1f}/{r.itl_ms['p99']:<8.1f} "
