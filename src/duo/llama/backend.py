@@ -160,9 +160,8 @@ class Model:
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = n_seq + forks
-        shared = not deterministic and n_seq + forks > 1  # one KV buffer for every sequence
-        cparams.kv_unified = shared
-        self.shares_cells = shared  # so a sequence can take another's prefix (`fork`)
+        self.shares_cells = not deterministic and n_seq + forks > 1  # one KV buffer (`fork`)
+        cparams.kv_unified = self.shares_cells
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
         cparams.no_perf = True
@@ -180,7 +179,7 @@ class Model:
         self.n_vocab = self.vocab.n_vocab
         self.deterministic = deterministic
         n_ctx_seq = (lib.llama_n_ctx_seq(self._ctx) - FORK_CELLS * forks) // (
-            n_seq if shared else 1
+            n_seq if self.shares_cells else 1
         )
         # llama.cpp rounds a context up (to 256 cells); a sequence holds what was asked
         self.n_ctx: int = min(n_ctx_seq - spare, n_ctx) if n_ctx > 0 else n_ctx_seq - spare

@@ -25,8 +25,8 @@ def calibrate(
 ) -> CostModel:
     """Measure the model's pass time for the batch sizes `spread(max_batch)` and `extra`
     (about a second for 9 sizes), after `context` tokens (a pass costs more the longer
-    the context: attention), with logits for every position (a verification) or for the last only (a
-    drafter catching up). The model's KV holds what it held before."""
+    the context: attention), with logits for every position (a verification) or for the
+    last only (a drafter catching up). The model's KV holds what it held before."""
     base = len(model.tokens)
     filler = 100  # any valid token: only the timing matters
     model.decode([filler] * max(1, context), all_logits=False)  # warm up, with context

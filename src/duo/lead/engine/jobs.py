@@ -194,8 +194,7 @@ class Engine:
         return True
 
     def _call(self, call: Call) -> None:
-        slot = self._pick_slot(call.tokens)
-        self._borrow_prefix(slot, call.tokens)
+        slot = self._take_slot(call.tokens)
         try:
             call.future.set_result(call.fn(self.session.main.sequence(slot)))
         except Exception as e:
@@ -203,8 +202,7 @@ class Engine:
 
     def _start(self, ticket: Ticket) -> None:
         job = ticket.job
-        slot = self._pick_slot(job.prompt)
-        self._borrow_prefix(slot, job.prompt)
+        slot = self._take_slot(job.prompt)
         record: list[TokenLogprob] | None = [] if job.sampling.logprobs is not None else None
         try:
             gen = self.session.generation(
@@ -233,24 +231,21 @@ class Engine:
         seconds = time.perf_counter() - running.since
         running.stats.add_prefill(Prefill(len(prompt), running.reused, seconds))
 
-    def _pick_slot(self, prompt: list[int]) -> int:
-        """The free slot whose cached tokens share the longest prefix with the prompt."""
-        seqs = self.session.main.seqs
-        free = [s for s in range(self.slots) if s not in self._running]
-        return max(free, key=lambda s: common_prefix(seqs[s], prompt))
-
-    def _borrow_prefix(self, slot: int, prompt: list[int]) -> None:
-        """If another slot, running or not, holds a longer prefix of the prompt than `slot`
-        does, `slot` takes it over: the KV cells are shared, not computed again (a system
-        prompt every session sends is read once, not once per slot)."""
+    def _take_slot(self, prompt: list[int]) -> int:
+        """The free slot whose cached tokens share the longest prefix with the prompt (as
+        llama-server picks). If another slot, running or not, holds a longer prefix, the
+        free slot takes it over: the KV cells are shared, not computed again (a system
+        prompt every session sends is read once, not once per slot). A deterministic
+        model has a buffer per sequence, and nothing to share."""
         main = self.session.main
-        if not main.shares_cells:  # a deterministic model: a buffer per sequence
-            return
-        seqs = main.seqs
-        shared = [min(common_prefix(seqs[s], prompt), len(prompt) - 1) for s in range(self.slots)]
+        shared = [common_prefix(main.seqs[s], prompt) for s in range(self.slots)]
+        free = [s for s in range(self.slots) if s not in self._running]
+        slot = max(free, key=shared.__getitem__)
         best = max(range(self.slots), key=shared.__getitem__)
-        if shared[best] > shared[slot]:
-            main.fork(best, slot, shared[best])
+        n = min(shared[best], len(prompt) - 1)  # the last token is always fed again
+        if main.shares_cells and n > shared[slot]:
+            main.fork(best, slot, n)
+        return slot
 
     def _round(self) -> None:
         for running in [r for r in self._running.values() if r.ticket.job.cancelled.is_set()]:
