@@ -4,7 +4,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from duo.drafting.lookup import NGRAM, SUFFIX, NgramDrafts, SuffixDrafts, SuffixMemory
+from duo.drafting.lookup import (
+    NGRAM,
+    OPENING,
+    SUFFIX,
+    NgramDrafts,
+    SuffixDrafts,
+    SuffixMemory,
+    grade,
+)
 from duo.drafting.suffix import SuffixCache
 
 tokens = st.lists(st.integers(0, 6), min_size=2, max_size=40)
@@ -48,6 +56,23 @@ def test_the_suffix_cache_learns_from_finished_requests_and_forgets() -> None:
     assert proposal.tokens == (9, 10, 11, 12)
     drafts.forget()
     assert drafts.propose([5, 2, 7, 8], 4) == []
+
+
+def test_a_suffix_match_of_prompt_tokens_is_graded_apart() -> None:
+    """Until the answer has the cache's shortest match of its own, a match shows what
+    followed the same question, and has the OPENING grade; then the usual grade."""
+    drafts = SuffixDrafts()
+    drafts.begin([1, 2, 3])
+    drafts.commit(3, [4, 5, 6, 7, 8])
+    drafts.end()
+    prompt = [9, 1, 2, 3]  # another request ending in the same question
+    drafts.begin(prompt)
+    for answered in range(4):
+        context = [*prompt, *[4, 5, 6, 7][:answered]]
+        [proposal] = drafts.propose(context, 8)
+        m = drafts.cache.lookup(context, 8)
+        assert m is not None and proposal.tokens == m.tokens
+        assert proposal.grade == (OPENING if answered < drafts.cache.min_match else grade(m))
 
 
 def test_the_suffix_memory_refuses_a_cache_its_filter_would_hide() -> None:

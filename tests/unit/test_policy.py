@@ -214,6 +214,25 @@ def test_a_slots_streak_starts_where_the_shared_counts_stand() -> None:
     assert not StreakAcceptance(shared=StreakAcceptance()).streak
 
 
+def test_a_lookups_streak_ends_with_a_round_it_proposes_nothing_in() -> None:
+    """A lookup's proposal accepted whole starts a streak; a round in which it has no
+    proposal ends it (the text left what it was copying). A model drafter's streak
+    outlasts a round whose draft was not ready."""
+    chooser = PerSource(CostModel({1: 0.01, 9: 0.011}), always_ready=frozenset({"ngram"}))
+    copy, model = Proposal("ngram", (1, 2, 3), 5), Proposal("model", (4, 5, 6))
+
+    def streaks() -> tuple[bool, ...]:
+        return tuple(chooser.policy(p.key).acceptance.streak for p in (copy, model))
+
+    chooser.observe(copy, 3, 3, 0.011, [copy], [1, 2, 3, 7], 4)
+    chooser.observe(model, 3, 3, 0.011, [model], [4, 5, 6, 7], 4)
+    assert streaks() == (False, True)  # the lookup had nothing in the second round
+    chooser.observe(copy, 3, 3, 0.011, [copy], [1, 2, 3, 7], 4)
+    assert streaks() == (True, True)  # nor had the model drafter: its streak stays
+    chooser.observe(None, 0, 0, 0.01, [], [7], 1)
+    assert streaks() == (False, True)
+
+
 def test_per_source_explores_a_source_that_does_not_pay_as_often_as_asked() -> None:
     def verified(explore_every: int) -> list[int]:
         learnt = {"model": StreakAcceptance(prior=0.1)}

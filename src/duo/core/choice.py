@@ -219,6 +219,8 @@ class PerSource:
         self.explore_every = explore_every  # the other sources' (see AdaptivePolicy)
         self.policies: dict[str, AdaptivePolicy] = {}
         self._restful: dict[str, AdaptivePolicy] = {}  # those of sources that can rest
+        self._lookups: dict[str, StreakAcceptance] = {}  # the always-ready keys' acceptance
+        self._streaks: set[str] = set()  # of those, the keys in a streak after the round
 
     def policy(self, key: str) -> AdaptivePolicy:
         if key not in self.policies:
@@ -228,6 +230,8 @@ class PerSource:
             policy = self.policies[key] = AdaptivePolicy(self.costs, acceptance, every)
             if explores:
                 self._restful[key] = policy
+            else:
+                self._lookups[key] = acceptance
         return self.policies[key]
 
     def _learnt(self, key: str) -> StreakAcceptance:
@@ -288,3 +292,9 @@ class PerSource:
         for key, policy in self._restful.items():
             if key not in seen:
                 policy.observe_free(0, 0)  # a round of its rest
+        # A lookup that proposes nothing in a round has lost the text it was copying: its
+        # streak ends there, rather than carry over to a match found rounds later. (A
+        # model drafter's streak stays: its drafts are only sometimes ready in time.)
+        for key in self._streaks - seen:
+            self._lookups[key].streak = False
+        self._streaks = {key for key in seen if key in self._lookups and self._lookups[key].streak}
