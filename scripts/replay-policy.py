@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Replay a workload's answers through duo's lookups and policy (duo.bench.replay).
+
+    .venv/bin/python scripts/replay-policy.py --suite multiturn
+    .venv/bin/python scripts/replay-policy.py --suite code-edit --pair qwen-coder -n 512
+
+Records the main model's greedy answers to a workload, one request at a time, as
+`duo bench --clients 1 --suite SUITE` sends them (agent, multiturn, code-edit), or to a
+prompt suite (chat, grounded), and measures the main model's pass costs on this machine.
+Both are kept in --out, so a second run with the same --out replays at once: change the
+policy or the lookups, run it again, compare. Prints tokens per second for the lead's
+adaptive policy, the oracle (which knows the answer) and plain decoding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from duo.bench import workloads
+from duo.bench.replay import POLICIES, Request, replay
+from duo.bench.runners import prompt_tokens
+from duo.bench.suite import load_prompts
+from duo.core.policy import CostModel
+from duo.llama.backend import Model
+from duo.llama.calibrate import calibrate
+from duo.session.config import resolve_models
+
+
+def greedy(model: Model, prompt: list[int], n: int) -> Request:
+    kept = model.reuse_prefix(prompt[:-1])
+    if kept < len(prompt) - 1:
+        model.decode(prompt[kept:-1], all_logits=False)
+    answer: list[int] = []
+    last = prompt[-1]
+    while len(answer) < n:
+        token = int(model.decode([last], all_logits=False)[-1].argmax())
+        if model.is_eog(token):
+            return Request(prompt, answer, True)
+        answer.append(token)
+        last = token
+    return Request(prompt, answer, False)
+
+
+def record(model: Model, suite: str, n: int) -> list[Request]:
+    if suite in ("chat", "grounded"):
+        return [greedy(model, prompt_tokens(model, p), n) for p in load_prompts(None, suite)]
+    requests = []
+    for session in workloads.sessions(suite):
+        messages = session.start()
+        for turn in session.turns:
+            messages += turn
+            text = model.vocab.render_chat(messages)
+            requests.append(greedy(model, model.vocab.tokenize(text, add_special=True), n))
+            answer = b"".join(model.vocab.piece(t) for t in requests[-1].answer)
+            messages.append({"role": "assistant", "content": answer.decode(errors="replace")})
+    return requests
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    suites = [*workloads.WORKLOADS, "chat", "grounded"]
+    parser.add_argument("--suite", default="multiturn", choices=suites)
+    parser.add_argument("--pair", default="smollm2")
+    parser.add_argument("-n", type=int, default=128, help="most tokens per answer")
+    parser.add_argument("--lookup-max", type=int, default=16, help="--spec-ngram-size-m")
+    parser.add_argument(
+        "--out", type=Path, help="answers and costs (default /tmp/duo-replay-SUITE.json)"
+    )
+    args = parser.parse_args()
+    out = args.out or Path(f"/tmp/duo-replay-{args.suite}.json")
+    if out.exists():
+        saved = json.loads(out.read_text())
+    else:
+        main_path, _ = resolve_models(None, None, args.pair)
+        model = Model(main_path, n_ctx=8192, n_threads=len(os.sched_getaffinity(0)))
+        requests = record(model, args.suite, args.n)
+        mean = sum(len(r.prompt) for r in requests) // len(requests)
+        extra = [s for s in (32, 48, 64, 128, 256, 512) if s > args.lookup_max + 1]
+        costs = calibrate(model, args.lookup_max + 1, context=mean, extra=extra)
+        saved = {
+            "requests": [r.__dict__ for r in requests],
+            "seconds": {str(k): v for k, v in costs.seconds.items()},
+        }
+        out.write_text(json.dumps(saved))
+    requests = [Request(**r) for r in saved["requests"]]
+    costs = CostModel({int(k): v for k, v in saved["seconds"].items()})
+    print(f"{args.suite}: {len(requests)} requests, answers and costs in {out}")
+    for name in POLICIES:
+        r = replay(requests, costs, name, lookup_max=args.lookup_max)
+        print(
+            f"  {name:9s} {r.tokens_per_second:6.1f} tok/s: {r.tokens} tokens in "
+            f"{r.seconds:6.2f} s, {r.rounds} rounds, {r.rejected} draft tokens rejected"
+        )
+
+
+if __name__ == "__main__":
+    main()
