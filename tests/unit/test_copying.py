@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Sequence
 
 from duo.core.draft import Proposal
-from duo.drafting.copying import EDITED, LONG, MAX_MISSES, SHORT
+from duo.drafting.copying import EDITED, LONG, MAX_MISSES, REDONE, SHORT
 from duo.drafting.lookup import NGRAM, NgramDrafts
 from duo.drafting.sources import Sources
 from duo.llama.calibrate import spread
@@ -16,10 +16,12 @@ from duo.llama.calibrate import spread
 SOURCE = [10, 7, 7, 7, 3, 11, 7, 7, 7, 4]
 
 
-def copying(output: list[int], n_max: int = 3) -> tuple[NgramDrafts, list[int]]:
-    """Drafts over SOURCE whose output so far is `output`, committed token by token."""
+def copying(
+    output: list[int], n_max: int = 3, source: list[int] = SOURCE
+) -> tuple[NgramDrafts, list[int]]:
+    """Drafts over `source` whose output so far is `output`, committed token by token."""
     drafts = NgramDrafts(2, n_max)
-    context = SOURCE + output[:2]
+    context = source + output[:2]
     drafts.begin(context)
     drafts.propose(context, 4)  # the lookup finds where the copy starts
     for token in output[2:]:
@@ -61,6 +63,26 @@ def test_an_output_that_leaves_the_copy_loses_the_pointer() -> None:
     drafts, context = copying([10, 7, 7, 7, *[60 + i for i in range(MAX_MISSES + 1)]])
     assert drafts.copy.src is None
     assert drafts.propose(context, 4) == []  # and the new tokens occurred nowhere
+
+
+# A file in which the token 3 occurs twice (a name the edit changes everywhere).
+FILE = [20, 21, 3, 22, 23, 24, 3, 25, 26]
+
+
+def test_an_edit_the_copy_confirmed_is_made_again() -> None:
+    drafts, context = copying([20, 21, 50, 22, 23, 24], source=FILE)  # 3 became 50
+    copy, lookup = drafts.propose(context, 3)  # the lookup's key (23, 24) knows no edits
+    assert (copy.tokens, copy.grade, lookup.tokens) == ((50, 25, 26), REDONE, (3, 25, 26))
+    drafts.commit(len(context), [3])  # ...but this time the output kept it
+    assert drafts.copy.edits == {}  # the edit is forgotten
+    assert drafts.propose([*context, 3], 2)[0].tokens == (25, 26)
+
+
+def test_a_substitution_the_copy_did_not_confirm_is_not_made_again() -> None:
+    drafts, context = copying([20, 21, 50, 51, 23, 24], source=FILE)  # two tokens differ
+    assert [p.tokens for p in drafts.propose(context, 3)] == [(3, 25, 26)]
+    drafts.begin(context)  # a new request forgets the edits
+    assert drafts.copy.edits == {}
 
 
 class Recorder:

@@ -16,9 +16,16 @@ it copies from:
   differing tokens in a row the output has left the copy, and the pointer is dropped
   until a lookup finds a new one.
 
+An edit the output made once it often makes again: a rename, `ValueError` for `TypeError`
+throughout a file. So a substitution that the copy confirms (the token after it copied
+again) is remembered for the request, and the pointer's proposal makes it wherever the
+copy meets the replaced token again; a copied token that a remembered edit would have
+replaced drops that edit. (A substitution of one token for one token: longer rewrites
+are not learnt.)
+
 Its proposal (the tokens from the pointer on) is graded by how it stands: in a run longer
-than any n-gram key, in a shorter run, or right after an edit, so the lead learns apart
-how far to trust each.
+than any n-gram key, in a shorter run, right after an edit, or making a remembered edit,
+so the lead learns apart how far to trust each.
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ from collections.abc import Sequence
 
 MAX_MISSES = 3  # differing tokens in a row after which the output has left the copy
 SKIP = 4  # how far ahead a differing token is looked for (the output left tokens out)
-LONG, SHORT, EDITED = 50, 51, 52  # grades: a run past the longest n-gram, shorter, after an edit
+# grades: a run past the longest n-gram, shorter, after an edit, making a remembered edit
+LONG, SHORT, EDITED, REDONE = 50, 51, 52, 53
 
 
 class CopyPointer:
@@ -36,6 +44,13 @@ class CopyPointer:
         self.reset()
 
     def reset(self) -> None:
+        """A new request: no copy, no edits."""
+        self.drop()
+        self.edits: dict[int, int] = {}  # a replaced token -> the output's token for it
+        self.replaced: tuple[int, int] | None = None  # the last substitution, unconfirmed
+
+    def drop(self) -> None:
+        """The output left the copy."""
         self.src: int | None = None  # where the next token is expected to come from
         self.run = 0  # tokens copied in a row up to the pointer
         self.misses = 0  # differing tokens in a row
@@ -51,10 +66,14 @@ class CopyPointer:
         for end in range(first, len(seq)):
             src = self.src
             if src is None or src >= end:  # nothing earlier left to copy
-                self.reset()
+                self.drop()
                 return
-            token = seq[end]
-            if seq[src] == token:
+            token, copied = seq[end], seq[src]
+            if token == copied or token == self.edits.get(copied):
+                if token == copied:
+                    self.edits.pop(copied, None)  # copied as it was: not an edit everywhere
+                if self.misses == 1 and self.replaced is not None:  # a confirmed substitution
+                    self.edits[self.replaced[0]] = self.replaced[1]
                 self.src, self.run, self.misses = src + 1, self.run + 1, 0
                 continue
             ahead = seq[src + 1 : min(src + 1 + SKIP, end)]
@@ -62,8 +81,9 @@ class CopyPointer:
                 self.src, self.run, self.misses = src + 2 + ahead.index(token), 1, 0
                 continue
             self.misses += 1
+            self.replaced = (copied, token)
             if self.misses > MAX_MISSES:
-                self.reset()
+                self.drop()
             else:  # taken for a substitution of the token at the pointer
                 self.src, self.run = src + 1, 0
 
@@ -74,4 +94,8 @@ class CopyPointer:
             return None
         tokens = tuple(seq[src : src + limit])
         grade = LONG if self.run > self.long_run else SHORT if self.run else EDITED
+        if self.edits:
+            edited = tuple(self.edits.get(t, t) for t in tokens)
+            if edited != tokens:
+                return edited, REDONE
         return tokens, grade
