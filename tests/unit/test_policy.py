@@ -233,6 +233,23 @@ def test_a_lookups_streak_ends_with_a_round_it_proposes_nothing_in() -> None:
     assert streaks() == (False, True)
 
 
+def test_a_draft_tail_no_round_verified_is_compared_with_the_next_rounds_tokens() -> None:
+    """A copy verified 2 tokens a round: its draft's deeper positions are learnt from what
+    the next rounds emit, so the policy can find that longer drafts would pay."""
+    chooser = PerSource(CostModel({1: 0.01, 9: 0.011}), always_ready=frozenset({"ngram"}))
+    copy = Proposal("ngram", (1, 2, 3, 4, 5, 6, 7), 50)
+    table = chooser.policy(copy.key).acceptance.current  # not in a streak yet
+    chooser.observe(copy, 2, 2, 0.01, [copy], [1, 2, 3], 3)  # 1, 2 verified; 3 its bonus
+    assert table.tested[:3] == [1, 1, 1] and table.tested[3:] == []
+    chooser.observe(None, 0, 0, 0.01, [], [4, 5], 1)  # the tail: 4, 5 right...
+    assert table.tested[3:5] == [1, 1] and table.accepted[3:5] == [1, 1]
+    chooser.observe(None, 0, 0, 0.01, [], [6, 9], 1)  # ...then 6 right, 7 wrong
+    assert table.tested[5:] == [1, 1] and table.accepted[5:] == [1, 0]
+    assert chooser._tail is None  # over
+    parent = chooser.learnt["ngram"].after_rejection  # the source's own table hears too
+    assert parent.tested[:7] == [1] * 7
+
+
 def test_per_source_explores_a_source_that_does_not_pay_as_often_as_asked() -> None:
     def verified(explore_every: int) -> list[int]:
         learnt = {"model": StreakAcceptance(prior=0.1)}

@@ -120,16 +120,18 @@ class Acceptance:
         self._table: list[float] = []  # p by position, as of `_as_of`
         self._as_of = -1  # the stamp the table was made at
 
-    def observe(self, drafted: int, accepted: int) -> None:
+    def observe(self, drafted: int, accepted: int, start: int = 0) -> None:
+        """Positions start, start + 1, ... of `drafted` were tested; the first `accepted`
+        of them were right (`start`: a draft's tail, compared after its round)."""
         if self.parent is not None:
-            self.parent.observe(drafted, accepted)
+            self.parent.observe(drafted, accepted, start)
         self.version += 1
-        while len(self.tested) < drafted:
+        while len(self.tested) < start + drafted:
             self.tested.append(0)
             self.accepted.append(0)
         for i in range(min(drafted, accepted + 1)):  # positions after a rejection are untested
-            self.tested[i] += 1
-            self.accepted[i] += i < accepted
+            self.tested[start + i] += 1
+            self.accepted[start + i] += i < accepted
 
     def p(self, i: int) -> float:
         """A policy asks this several times per position per round: it is tabulated once
