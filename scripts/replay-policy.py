@@ -23,6 +23,7 @@ from duo.bench import workloads
 from duo.bench.replay import POLICIES, Request, replay
 from duo.bench.runners import prompt_tokens
 from duo.bench.suite import load_prompts
+from duo.core.engine import Generation, run
 from duo.core.policy import CostModel
 from duo.llama.backend import Model
 from duo.llama.calibrate import calibrate
@@ -30,18 +31,11 @@ from duo.session.config import resolve_models
 
 
 def greedy(model: Model, prompt: list[int], n: int) -> Request:
-    kept = model.reuse_prefix(prompt[:-1])
-    if kept < len(prompt) - 1:
-        model.decode(prompt[kept:-1], all_logits=False)
-    answer: list[int] = []
-    last = prompt[-1]
-    while len(answer) < n:
-        token = int(model.decode([last], all_logits=False)[-1].argmax())
-        if model.is_eog(token):
-            return Request(prompt, answer, True)
-        answer.append(token)
-        last = token
-    return Request(prompt, answer, False)
+    """The main model alone's answer, by the lead's own loop."""
+    g = Generation(model, prompt, max_tokens=n)
+    for _ in run(model, g):
+        pass
+    return Request(prompt, g.committed[len(prompt) :], g.finish == "stop")
 
 
 def record(model: Model, suite: str, n: int) -> list[Request]:
