@@ -8,7 +8,7 @@ import pytest
 
 from duo.bench.report import ModeResult
 from duo.bench.suite import _take_turns, ceiling
-from duo.bench.variants import parse_variant, variants
+from duo.bench.variants import parse_variant, split_half, variants
 from duo.core.stats import Stats
 
 
@@ -93,3 +93,15 @@ def test_each_async_mode_runs_at_each_fanout_and_each_back_across_each_link() ->
     assert parse_variant("lead+back+free:f2@2.5ms") == ("lead+back+free", 2, 2.5)
     assert parse_variant("async") == ("async", None, None)
     assert parse_variant("llama.cpp-all") == ("llama.cpp-all", None, None)
+
+
+def test_each_mode_runs_with_each_of_several_main_model_types() -> None:
+    assert variants(["target-1", "async"], [0], [0.0], ["BF16"]) == ["target-1", "async"]
+    assert variants(["target-1", "lead+back"], [0], [0.0, 20.0], ["BF16", "F16"]) == [
+        "target-1/BF16", "target-1/F16", "lead+back@0ms/BF16", "lead+back@0ms/F16",
+        "lead+back@20ms/BF16", "lead+back@20ms/F16",
+    ]  # fmt: skip
+    assert split_half("async:f2/F16") == ("async:f2", "F16")
+    assert split_half("llama-server+ngram/k8") == ("llama-server+ngram/k8", None)
+    assert parse_variant("lead+back:f2@20ms/BF16") == ("lead+back", 2, 20.0)
+    assert parse_variant("llama.cpp-all/F16") == ("llama.cpp-all", None, None)

@@ -39,6 +39,8 @@ def test_the_environment_chooses_over_the_cpu(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv(HALF_ENV, "F16")
     assert main.filename == "smollm2-135m-instruct-f16.gguf"
     assert ModelFile("smollm2-135m-instruct", "Q3_K_M").filename.endswith("-q3_k_m.gguf")
+    assert get_pair("smollm2").path("main", "BF16").name == "smollm2-135m-instruct-bf16.gguf"
+    assert get_pair("smollm2").path("draft", "BF16").name.endswith("-q3_k_m.gguf")
     monkeypatch.setenv(HALF_ENV, "Q8_0")
     with pytest.raises(UsageError, match="must be BF16 or F16"):
         half_type()

@@ -39,7 +39,14 @@ from duo.bench.report import ModeResult, Report
 from duo.bench.runners import InProcess, LeadBack, Prompt, Runner, prompt_tokens
 from duo.bench.sim import simulate_async
 from duo.bench.trace import Trace
-from duo.bench.variants import FANOUT_MODES, LINK_MODES, REMOTE_DRAFT, parse_variant, variants
+from duo.bench.variants import (
+    FANOUT_MODES,
+    LINK_MODES,
+    REMOTE_DRAFT,
+    parse_variant,
+    split_half,
+    variants,
+)
 from duo.bench.verifier import LeadClient
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
@@ -187,6 +194,7 @@ def run(
     jitter_ms: float = 0.0,
     far: FarHost | None = None,
     costs: bool = True,
+    halves: dict[str, Path] | None = None,
 ) -> Report:
     """Measure `modes` on `prompts`. Interleaved (the default), every mode stays loaded and
     they take turns prompt by prompt, so a host that drifts over the run slows them all
@@ -197,8 +205,11 @@ def run(
     With several `fanouts`, each mode with an asynchronous model drafter runs at each
     setting, as MODE:fF (async:f0, async:f2...); with `rtts` other than (0,), each mode
     with a back runs with the back across a link of each round-trip time, as MODE@Nms.
-    With `far`, each back and rpc-server runs in that namespace, across its veth pair."""
-    modes = variants(modes, fanouts, rtts)
+    With `far`, each back and rpc-server runs in that namespace, across its veth pair.
+    With `halves` (16-bit type -> main model file), each mode runs with each, as MODE/BF16
+    and MODE/F16; device costs are those of `models`."""
+    halves = halves or {}
+    modes = variants(modes, fanouts, rtts, list(halves))
     all_cores = sorted(os.sched_getaffinity(0))
     report = Report(
         machine={
@@ -221,6 +232,7 @@ def run(
             "policy": "adaptive" if spec.adaptive else "fixed",
             "order": "interleaved" if interleave else "sequential",
             "sampling": asdict(sampling),
+            "halves": {h: str(path) for h, path in halves.items()},
         },
     )
     peers = [m for m in modes if m in PEER_MODES or parse_variant(m)[0] == REMOTE_DRAFT]
@@ -232,7 +244,7 @@ def run(
     if any(parse_variant(mode)[0] == REMOTE_DRAFT for mode in modes):
         find_bin(llama_cpp_bin, "llama-server")
         rpc_server_bin(llama_cpp_bin)
-    base = spec
+    base, base_models = spec, models
     target = replace(models, draft=None)
     profiler = Profiler(models, spec, spec.draft_max + 1, _mean_context(target, prompts, n))
 
@@ -244,8 +256,11 @@ def run(
     def open_runner(label: str) -> Runner:
         log(f"{label}: loading")
         mode, fanout, rtt = parse_variant(label)
+        half = split_half(label)[1]
         spec = replace(base, fanout=fanouts[0] if fanout is None else fanout)
         link = Link(rtts[0] if rtt is None else rtt, jitter_ms, far)  # a back's (a draft's)
+        models = replace(base_models, main=halves[half]) if half else base_models
+        target = replace(models, draft=None)
         every_core = replace(target, threads=len(all_cores))
         if mode == "target-1":
             cfg = replace(spec, mode="target", draft_cores=None)
@@ -296,13 +311,17 @@ def run(
             m.rtt_ms = rtts[0] if rtt is None else rtt
     by_mode = {m.mode: m for m in report.modes}
     for m in report.modes:
-        if "target-1" in by_mode:
-            m.speedup_vs_target_1 = m.tokens_per_second / by_mode["target-1"].tokens_per_second
-        if "sync" in by_mode:
-            m.speedup_vs_sync = m.tokens_per_second / by_mode["sync"].tokens_per_second
-    if "sync" in by_mode and report.profile:
+        half = split_half(m.mode)[1]
+        same = f"/{half}" if half else ""  # against the modes with the same main model
+        if (alone := by_mode.get("target-1" + same)) is not None:
+            m.speedup_vs_target_1 = m.tokens_per_second / alone.tokens_per_second
+        if (sync := by_mode.get("sync" + same)) is not None:
+            m.speedup_vs_sync = m.tokens_per_second / sync.tokens_per_second
+    first = variants(["sync"], fanouts, rtts, list(halves))[0]  # with the profile's model
+    sync = by_mode.get(first)
+    if sync is not None and report.profile:
         report.ceiling_tokens_per_second = ceiling(
-            report.profile["main_ms_by_batch"], by_mode["sync"], spec.draft_max
+            report.profile["main_ms_by_batch"], sync, spec.draft_max
         )
     return report
 

@@ -1,5 +1,6 @@
-"""The variants of `duo bench`'s modes: each async mode at each fan-out (MODE:fF), and
-each mode with a drafter across a link at each round-trip time (MODE@Nms)."""
+"""The variants of `duo bench`'s modes: each async mode at each fan-out (MODE:fF), each
+mode with a drafter across a link at each round-trip time (MODE@Nms), and each mode with
+its main model in each 16-bit type (MODE/BF16, MODE/F16)."""
 
 from __future__ import annotations
 
@@ -9,23 +10,37 @@ from collections.abc import Sequence
 FANOUT_MODES = ("async", "async+free", "lead+back", "lead+back+free")  # async model drafters
 REMOTE_DRAFT = "llama-server-rd"  # llama.cpp's draft model on an rpc-server (bench.runners)
 LINK_MODES = ("lead+back", "lead+back+free", "lead+client", REMOTE_DRAFT)  # drafter across a link
-_VARIANT = re.compile(r"(?P<mode>[^:@]+)(?::f(?P<fanout>\d+))?(?:@(?P<rtt>[\d.]+)ms)?")
+HALVES = ("BF16", "F16")  # a main model's 16-bit types (duo.llama.models)
+_VARIANT = re.compile(r"(?P<mode>[^:@/]+)(?::f(?P<fanout>\d+))?(?:@(?P<rtt>[\d.]+)ms)?")
 
 
-def variants(modes: Sequence[str], fanouts: Sequence[int], rtts: Sequence[float]) -> list[str]:
+def variants(
+    modes: Sequence[str],
+    fanouts: Sequence[int],
+    rtts: Sequence[float],
+    halves: Sequence[str] = (),
+) -> list[str]:
     """Each mode at each fan-out (MODE:fF) and link (MODE@Nms) that applies to it, when
-    there is more than the default one."""
+    there is more than the default one, and with each of several `halves` (MODE/BF16)."""
     out = []
+    hs = [f"/{h}" for h in halves] if len(halves) > 1 else [""]
     for mode in modes:
         fs = [f":f{f}" for f in fanouts] if mode in FANOUT_MODES and len(fanouts) > 1 else [""]
         links = list(rtts) != [0] and mode in LINK_MODES
         ls = [f"@{r:g}ms" for r in rtts] if links else [""]
-        out += [mode + f + link for f in fs for link in ls]
+        out += [mode + f + link + h for f in fs for link in ls for h in hs]
     return list(dict.fromkeys(out))
 
 
+def split_half(label: str) -> tuple[str, str | None]:
+    """MODE.../BF16 -> (MODE..., "BF16"); a label without a type -> (label, None)."""
+    rest, _, half = label.rpartition("/")
+    return (rest, half) if rest and half in HALVES else (label, None)
+
+
 def parse_variant(label: str) -> tuple[str, int | None, float | None]:
-    """MODE[:fF][@Nms] -> (mode, fan-out or None, round trip or None)."""
+    """MODE[:fF][@Nms][/HALF] -> (mode, fan-out or None, round trip or None)."""
+    label = split_half(label)[0]
     match = _VARIANT.fullmatch(label)
     if match is None:
         return label, None, None

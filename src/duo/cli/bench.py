@@ -28,10 +28,12 @@ from duo.cli.args import (
     rpc_placement,
     sampling_params,
 )
+from duo.cli.progress import Spinner
 from duo.cli.values import (
     client_counts,
     draft_lengths,
     fanouts,
+    halves,
     megabits,
     milliseconds,
     percent,
@@ -39,6 +41,7 @@ from duo.cli.values import (
     round_trips,
 )
 from duo.errors import UsageError
+from duo.llama.models import DEFAULT_PAIR, get_pair, prepare
 from duo.session.config import ModelConfig, SpecConfig, parse_pin, parse_spec_types
 
 
@@ -112,6 +115,13 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         type=percent,
         metavar="PCT",
         help="drop this share of the link's packets each way (needs the kernel's netem)",
+    )
+    g.add_argument(
+        "--half",
+        type=halves,
+        metavar="BF16,F16",
+        help="the pair's main model in these 16-bit types, each mode with each, as "
+        "MODE/BF16 and MODE/F16 (default: this machine's type, see duo models)",
     )
     g.add_argument("--policy", choices=("adaptive", "fixed"), default="adaptive")
     g.add_argument(
@@ -210,7 +220,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if not args.clients:
             raise UsageError("--spec-type sets the draft sources of --clients' servers")
         spec = replace(spec, spec_types=parse_spec_types(args.spec_type))
+    mains = _halves(args)
     models = model_config(args, need_draft=True, placement=rpc_placement(args))
+    if mains:
+        models = replace(models, main=next(iter(mains.values())))
     if args.clients:
         if args.rpc or args.rpcd:
             raise UsageError("--clients does not take rpc-servers: measure the modes instead")
@@ -237,6 +250,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             jitter_ms=args.jitter,
             far=far,
             costs=not args.no_costs,
+            halves=mains,
             log=lambda msg: print(f"\r\x1b[K{msg}", end="", file=sys.stderr, flush=True),
         )
     print(file=sys.stderr)
@@ -250,6 +264,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         plot(report, Path(args.plot))
     return 0
+
+
+def _halves(args: argparse.Namespace) -> dict[str, Path]:
+    """--half's main model files (prepared on first use), by type; {} without --half."""
+    if not args.half:
+        return {}
+    if args.model:
+        raise UsageError("--half makes a pair's main model in each type: give --pair, not -m")
+    if args.clients:
+        raise UsageError("--half measures the modes: run --clients once per DUO_HALF instead")
+    pair = get_pair(args.pair or DEFAULT_PAIR)
+    return {h: prepare(pair, half=h, progress=Spinner)[0] for h in args.half}
 
 
 def _far_side(args: argparse.Namespace, stack: contextlib.ExitStack) -> FarHost | None:

@@ -96,6 +96,14 @@ def proportions(text: str) -> tuple[float, ...]:
     return shares
 
 
+def halves(text: str) -> list[str]:
+    """--half BF16,F16: a main model's 16-bit types, in order, each once."""
+    chosen = [v.strip().upper() for v in text.split(",")]
+    if not all(v in ("BF16", "F16") for v in chosen):
+        raise argparse.ArgumentTypeError(f"expected BF16, F16 or BF16,F16, got {text!r}")
+    return list(dict.fromkeys(chosen))
+
+
 def client_counts(text: str) -> list[int]:
     bounds = "client counts must be between 1 and 64"
     return sorted(_numbers(text, int, "counts like 1,2,4", 1, 64, bounds))

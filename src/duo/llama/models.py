@@ -75,12 +75,16 @@ class ModelFile:
     stem: str  # the file's name before its type
     ftype: str  # llama.cpp ftype the source is (re)quantized to, or HALF
 
-    def resolved(self) -> str:
-        return half_type() if self.ftype == HALF else self.ftype
+    def resolved(self, half: str | None = None) -> str:
+        """The ftype this file is made in: a HALF file's in `half` (default `half_type()`)."""
+        return (half or half_type()) if self.ftype == HALF else self.ftype
+
+    def name(self, half: str | None = None) -> str:
+        return f"{self.stem}-{self.resolved(half).lower()}.gguf"
 
     @property
     def filename(self) -> str:
-        return f"{self.stem}-{self.resolved().lower()}.gguf"
+        return self.name()
 
 
 @dataclass(frozen=True)
@@ -94,9 +98,9 @@ class Pair:
     def dir(self) -> Path:
         return duo_home() / "models" / self.name
 
-    def path(self, which: str) -> Path:
+    def path(self, which: str, half: str | None = None) -> Path:
         spec: ModelFile = self.main if which == "main" else self.draft
-        return self.dir() / spec.filename
+        return self.dir() / spec.name(half)
 
 
 def _smollm2(_cache: Path) -> Path:
@@ -240,10 +244,13 @@ def _logged(label: str) -> Iterator[None]:
     log.info("prepared %s in %.1fs", label, time.monotonic() - t0)
 
 
-def prepare(pair: Pair, *, progress: Step | None = None) -> tuple[Path, Path]:
+def prepare(
+    pair: Pair, *, progress: Step | None = None, half: str | None = None
+) -> tuple[Path, Path]:
     """Build the pair's files if they are missing; return (main path, draft path).
-    `progress` shows each build as it runs (a command's spinner); by default, the log."""
-    paths = (pair.path("main"), pair.path("draft"))
+    `progress` shows each build as it runs (a command's spinner); by default, the log.
+    `half` makes the main model in BF16 or F16 instead of this machine's `half_type()`."""
+    paths = (pair.path("main", half), pair.path("draft", half))
     if all(is_ready(p) for p in paths):
         return paths
     try:
@@ -258,9 +265,9 @@ def prepare(pair: Pair, *, progress: Step | None = None) -> tuple[Path, Path]:
     pair.dir().mkdir(parents=True, exist_ok=True)
     for spec, path in ((pair.main, paths[0]), (pair.draft, paths[1])):
         if not is_ready(path):
-            label = f"{pair.name}: {spec.filename} ({spec.resolved()})"
+            label = f"{pair.name}: {path.name} ({spec.resolved(half)})"
             with (progress or _logged)(label):
-                _build(src, path, spec.resolved())
+                _build(src, path, spec.resolved(half))
     return paths
 
 
