@@ -1,4 +1,4 @@
-"""The qwen-coder pair (Qwen2.5-Coder-0.5B-Instruct, main F16/BF16, draft Q3_K_M) on a
+"""The qwen-coder pair (Qwen2.5-Coder-0.5B-Instruct, main F16 or BF16, draft Q3_K_M) on a
 code edit: every mode's output is the main model alone's (greedy, --deterministic)."""
 
 from __future__ import annotations

@@ -136,9 +136,12 @@ def cmd_models(args: argparse.Namespace) -> int:
             print(f"{name}: ready\n  main  {main}\n  draft {draft}")
         return 0
     status = 0
-    why = "this CPU has AVX512_BF16" if native_bf16() else "no native BF16 on this CPU"
     if os.environ.get(HALF_ENV):
         why = f"${HALF_ENV}"
+    elif native_bf16():
+        why = "the default; this CPU has AVX512_BF16: `duo bench --half BF16,F16` measures both"
+    else:
+        why = "the default; this CPU has no native BF16"
     print(f"main models in {half_type()} ({why})")
     for pair in PAIRS.values():
         print(f"{pair.name:10} {pair.description}")
