@@ -58,13 +58,16 @@ def watch_busy(url: str, stop: threading.Event, seen: list[dict[str, Any]]) -> N
         time.sleep(0.05)
 
 
-def test_requests_together_equal_one_at_a_time(cluster: Cluster) -> None:
+@pytest.mark.parametrize("stretch", ["inf", "2.5"])
+def test_requests_together_equal_one_at_a_time(cluster: Cluster, stretch: str) -> None:
     """Six requests on four slots, with a back and the free drafters, against the main
-    model alone serving them one by one: bit for bit the same under --deterministic."""
+    model alone serving them one by one: bit for bit the same under --deterministic,
+    whether a new prompt is read whole beside the others' rounds or in pieces."""
     _, alone = cluster.lead("--spec-type", "none", "--deterministic", "--quiet")
     expected = [ask(alone, prompt, sampling) for prompt, sampling in REQUESTS]
 
-    _, url = cluster.lead("--parallel", "4", "--deterministic", "--quiet")
+    args = ["--parallel", "4", "--prompt-stretch", stretch, "--deterministic", "--quiet"]
+    _, url = cluster.lead(*args)
     cluster.back(url)
     stop, seen = threading.Event(), []
     watcher = threading.Thread(target=watch_busy, args=(url, stop, seen))

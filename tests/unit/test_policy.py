@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 from hypothesis import given
@@ -39,6 +40,7 @@ def test_cost_model_room_keeps_a_pass_within_its_stretch() -> None:
     assert costs.room(4, 2.0, most=100) == 4
     assert costs.room(4, 2.0, most=2) == 2
     assert costs.room(8, 1.0, most=100) == 0
+    assert costs.room(8, math.inf, most=504) == 504  # no bound: a prompt's whole batch
 
 
 def test_cost_model_room_against_a_larger_reference_pass() -> None:

@@ -26,7 +26,7 @@ from duo.cli.args import (
 )
 from duo.cli.back import BACK_KEY_ENV
 from duo.cli.console import Console
-from duo.cli.values import port, positive
+from duo.cli.values import port, positive, stretch
 from duo.errors import UsageError
 from duo.lead.engine.lead import LeadConfig
 from duo.lead.openai.reasoning import FORMATS
@@ -83,6 +83,16 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="decode up to N requests together, one pass per round, each in a slot with a "
         "context of its own of -c tokens; more requests wait (default %(default)s)",
     )
+    g.add_argument(
+        "--prompt-stretch",
+        type=stretch,
+        default=LeadConfig.prompt_stretch,
+        metavar="X",
+        help="while other requests decode, a new prompt is read beside their rounds: whole "
+        "by default (inf), as llama-server reads it; with X, in pieces, each round costing "
+        "at most X times a round without it (2.5, say: shorter gaps in the others' streams, "
+        "a later first token for the new one)",
+    )
     g.add_argument("--quiet", action="store_true", help="do not print generations")
     g.add_argument(
         "--alias",
@@ -129,6 +139,7 @@ def cmd_lead(args: argparse.Namespace) -> int:
         max_body=args.max_body,
         cors_origins=args.cors_origins,
         parallel=args.parallel,
+        prompt_stretch=args.prompt_stretch,
         alias=args.alias,
         reasoning_format=args.reasoning_format,
     )

@@ -96,6 +96,17 @@ def proportions(text: str) -> tuple[float, ...]:
     return shares
 
 
+def stretch(text: str) -> float:
+    """--prompt-stretch: a factor of 1 or more, or inf."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a factor like 8 or inf, got {text!r}") from None
+    if not value >= 1:  # NaN too
+        raise argparse.ArgumentTypeError(f"the stretch is 1 or more (or inf), not {text}")
+    return value
+
+
 def halves(text: str) -> list[str]:
     """--half BF16,F16: a main model's 16-bit types, in order, each once."""
     chosen = [v.strip().upper() for v in text.split(",")]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from collections.abc import Callable
 from typing import Protocol
 
@@ -76,6 +77,8 @@ class CostModel:
     def room(self, tokens: int, stretch: float, most: int, reference: int = 0) -> int:
         """How many tokens (at most `most`) a pass of `tokens` can take on while it costs
         at most `stretch` times a pass of `reference` tokens (by default `tokens`)."""
+        if stretch == math.inf:
+            return most
         limit = stretch * self.cost(max(tokens, reference))
         extra = 0
         while extra < most and self.cost(tokens + extra + 1) <= limit:

@@ -56,7 +56,9 @@ def build_lead(
             session.local is not None,
             decode_cpu=lambda: main.decode_cpu_seconds,
         )
-        lead = Lead(session, backs, metrics, mail, show, alias=config.alias)
+        lead = Lead(
+            session, backs, metrics, mail, show, alias=config.alias, stretch=config.prompt_stretch
+        )
     except BaseException:
         session.close()
         raise

@@ -17,6 +17,7 @@ in a free slot, as a pass of its own.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -36,13 +37,16 @@ from duo.session.session import Session, pinned
 
 log = logging.getLogger(__name__)
 
-# While other requests run, a new prompt is evaluated in pieces alongside their rounds: a
-# round with a piece costs at most PIECE_STRETCH times a round of every admitted request
-# (the running ones and those reading their prompts), by the measured cost of a pass, so
-# the running requests' inter-token latency grows by that much at most while a prompt is
-# read; a piece has at least PIECE_LEAST tokens, so every prompt moves on. How 2, 2.5 and 3
-# compared: docs/bench/prompt-pieces.md.
-PIECE_STRETCH = 2.5
+# While other requests run, a new prompt may be evaluated in pieces alongside their rounds:
+# a round with a piece costs at most `stretch` times a round of every admitted request (the
+# running ones and those reading their prompts), by the measured cost of a pass, so the
+# running requests' inter-token latency grows by that much at most while a prompt is read;
+# a piece has at least PIECE_LEAST tokens, so every prompt moves on. By default there is no
+# bound (PIECE_STRETCH): a prompt is read whole beside the others' rounds, as llama-server
+# reads it. With four clients that halved the time to first token against a stretch of
+# 2.5, and the throughput was the same or better (docs/bench/prompt-pieces.md);
+# `duo lead --prompt-stretch` sets a bound.
+PIECE_STRETCH = math.inf
 PIECE_LEAST = 4
 
 
@@ -83,10 +87,13 @@ class Engine:
         done: Callable[[Stats], None] | None = None,
         failed: Callable[[], None] | None = None,
         flush: Callable[[], None] | None = None,
+        stretch: float = PIECE_STRETCH,
     ) -> None:
         """`flush` hands over the events emitted so far: the engine calls it before each
-        pass of the main model and before it waits for work (duo.mailbox)."""
+        pass of the main model and before it waits for work (duo.mailbox). A round that
+        reads a piece of a new prompt costs at most `stretch` times a round without it."""
         self.session = session
+        self.stretch = stretch
         self.slots = session.slots
         self._show = show
         self._done = done
@@ -285,7 +292,7 @@ class Engine:
         if not decoding:
             return n_batch
         admitted = len(self._running)  # the round once every prompt is read
-        room = self.session.costs().room(decoding, PIECE_STRETCH, n_batch - decoding, admitted)
+        room = self.session.costs().room(decoding, self.stretch, n_batch - decoding, admitted)
         return max(room, PIECE_LEAST)
 
     def _advance(self, running: Running, r: Round) -> None:

@@ -21,7 +21,7 @@ from duo.core.engine import MainModel
 from duo.core.text import Chunk
 from duo.errors import PromptTooLong, UsageError
 from duo.lead.engine.events import Delta, Event, Job, Ticket
-from duo.lead.engine.jobs import Engine
+from duo.lead.engine.jobs import PIECE_STRETCH, Engine
 from duo.lead.engine.metrics import Metrics
 from duo.llama.grammar import Grammar
 from duo.mailbox import Mailboxes
@@ -43,6 +43,9 @@ class LeadConfig:
     # lead only a few tens of megabytes while it is read.
     max_body: int = 8 * 1024 * 1024
     parallel: int = 1  # --parallel / -np: requests decoded together, one slot each
+    # --prompt-stretch: a round that reads a piece of a new prompt beside running requests
+    # costs at most this many times their round (duo.lead.engine.jobs)
+    prompt_stretch: float = PIECE_STRETCH
     # --cors-origins: web pages of these origins ("*": any) may call the API from a
     # browser; none by default
     cors_origins: tuple[str, ...] = ()
@@ -107,6 +110,7 @@ class Lead:
         mail: Mailboxes,
         show: Callable[[int, Chunk | str], None] | None = None,
         alias: str | None = None,
+        stretch: float = PIECE_STRETCH,
     ) -> None:
         """`mail` carries the engine thread's calls to the event loop (the drafter channel
         may share it, so that the engine hands over everything at once); `show` sees each
@@ -123,6 +127,7 @@ class Lead:
             done=metrics.add,
             failed=metrics.fail,
             flush=self.mail.flush,
+            stretch=stretch,
         )
         metrics.load = lambda: (self.engine.busy, self.engine.queued, self.engine.slots)
 
