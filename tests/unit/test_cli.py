@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import io
+import sys
 from pathlib import Path
 
 import pytest
@@ -180,3 +182,19 @@ def test_every_long_flag_takes_its_default_from_duo_arg(
     with pytest.raises(SystemExit):
         parser.parse_args(["lead"])
     assert "--ctx-size: expected an integer >= 0, got 'lots'" in capsys.readouterr().err
+
+
+class ClosedPipe(io.StringIO):
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_output_into_a_closed_pipe_ends_quietly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`duo models | head -1`: the reader went away; no 'internal error', the shell's code."""
+    with monkeypatch.context() as m:
+        m.setattr(sys, "stdout", ClosedPipe())
+        code = main(["models"])
+    assert code == 141
+    assert capsys.readouterr().err == ""

@@ -139,9 +139,9 @@ def cmd_models(args: argparse.Namespace) -> int:
     if os.environ.get(HALF_ENV):
         why = f"${HALF_ENV}"
     elif native_bf16():
-        why = "the default; this CPU has AVX512_BF16: `duo bench --half BF16,F16` measures both"
+        why = "this CPU has AVX512_BF16; `duo bench --half BF16,F16` measures both"
     else:
-        why = "the default; this CPU has no native BF16"
+        why = "no native BF16 on this CPU"
     print(f"main models in {half_type()} ({why})")
     for pair in PAIRS.values():
         print(f"{pair.name:10} {pair.description}")
@@ -259,6 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nduo: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `duo models | head`: the reader has all it wants
+        _silence_stdout()
+        return 141  # as a shell reports a command ended by SIGPIPE
     except Exception as e:  # a bug: say so in one line; the traceback is for -v
         logging.getLogger("duo").debug("unexpected error", exc_info=True)
         print(
@@ -266,6 +269,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's final flush of what is left in its
+    buffer does not fail on the closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's capture)
+        pass
 
 
 def run() -> None:
