@@ -31,9 +31,11 @@ N = 24
 
 @pytest.fixture(scope="module")
 def lead(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A lead with four slots and an API key, drafting nothing of its own."""
+    """A lead with four slots and an API key, drafting nothing of its own; deterministic,
+    so that what several clients verify together equals each alone bit for bit."""
     with Cluster(tmp_path_factory.mktemp("verifier")) as cluster:
-        _, url = cluster.lead("--parallel", "4", "--api-key", KEY, "--spec-type", "none")
+        args = ["--parallel", "4", "--api-key", KEY, "--spec-type", "none", "--deterministic"]
+        _, url = cluster.lead(*args)
         yield url
 
 
@@ -42,7 +44,8 @@ def alone(pair: tuple[Path, Path]) -> dict[str, tuple[list[int], list[int], str]
     """Each prompt's tokens, and the main model's own greedy continuation (no drafter) as
     tokens and text."""
     out = {}
-    with Session(ModelConfig(main=pair[0], draft=None), SpecConfig(mode="target")) as s:
+    spec = SpecConfig(mode="target", deterministic=True)
+    with Session(ModelConfig(main=pair[0], draft=None), spec) as s:
         vocab = s.main.vocab
         for text in PROMPTS:
             prompt = vocab.tokenize(text)

