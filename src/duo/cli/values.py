@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from duo.llama.backend import MAX_DEVICES
+from duo.llama.models import HALVES
 
 N = TypeVar("N", int, float)
 
@@ -110,7 +111,7 @@ def stretch(text: str) -> float:
 def halves(text: str) -> list[str]:
     """--half BF16,F16: a main model's 16-bit types, in order, each once."""
     chosen = [v.strip().upper() for v in text.split(",")]
-    if not all(v in ("BF16", "F16") for v in chosen):
+    if not all(v in HALVES for v in chosen):
         raise argparse.ArgumentTypeError(f"expected BF16, F16 or BF16,F16, got {text!r}")
     return list(dict.fromkeys(chosen))
 

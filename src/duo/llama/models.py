@@ -48,6 +48,7 @@ class Source:
 
 HALF = "half"  # a ModelFile's ftype: F16, or BF16 where $DUO_HALF asks for it
 HALF_ENV = "DUO_HALF"
+HALVES = ("BF16", "F16")  # the types a HALF file can be made in
 
 
 def native_bf16(cpuinfo: str | None = None) -> bool:
@@ -65,7 +66,7 @@ def native_bf16(cpuinfo: str | None = None) -> bool:
 def half_type() -> str:
     """The 16-bit type of main models: $DUO_HALF (BF16 or F16), F16 by default."""
     chosen = os.environ.get(HALF_ENV, "").upper() or "F16"
-    if chosen not in ("BF16", "F16"):
+    if chosen not in HALVES:
         raise UsageError(f"${HALF_ENV} must be BF16 or F16, not {chosen!r}")
     return chosen
 
