@@ -23,6 +23,7 @@ from duo.session.config import (
     parse_spec_types,
     resolve_models,
 )
+from duo.session.threads import with_threads
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -31,8 +32,20 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("-md", "--model-draft", help="draft model GGUF (default: the pair's draft)")
     g.add_argument("--pair", help=f"a named default pair: {', '.join(PAIRS)} (default smollm2)")
     add_hub_args(g, draft=True)
-    g.add_argument("-t", "--threads", type=positive, default=1, help="main model threads")
-    g.add_argument("-td", "--threads-draft", type=positive, default=1, help="draft threads")
+    g.add_argument(
+        "-t",
+        "--threads",
+        type=positive,
+        help="main model threads (default: the physical cores, less an in-process "
+        "drafter's; see README, Placement)",
+    )
+    g.add_argument(
+        "-td",
+        "--threads-draft",
+        type=positive,
+        help="draft model threads (default: a quarter of the cores, at least one, for a "
+        "drafter beside the main model; the main model's otherwise)",
+    )
     g.add_argument(
         "-ngl", "--n-gpu-layers", type=non_negative, default=0, help="main layers on GPU"
     )
@@ -116,12 +129,12 @@ def add_spec_args(p: argparse.ArgumentParser, *, modes: bool = True) -> None:
     )
     g.add_argument(
         "--spec-type",
-        default=",".join(SPEC_TYPES),
         metavar="LIST",
         help="draft sources, comma-separated: model (the draft model, -md, and backs), "
         "ngram (lookup in the request itself), suffix (earlier requests); llama.cpp's "
         "names work too (draft-simple, ngram-simple, ngram-map-k, ngram-mod, ngram-cache); "
-        "none = no drafting (default %(default)s)",
+        f"none = no drafting (default {','.join(SPEC_TYPES)}, with the draft model only "
+        "where it pays for the cores it takes: see README, Placement)",
     )
     g.add_argument(
         "--spec-ngram-size-n",
@@ -214,16 +227,20 @@ def sampling_params(args: argparse.Namespace) -> SamplingParams:
 
 
 def model_config(
-    args: argparse.Namespace, *, need_draft: bool, placement: Placement | None = None
+    args: argparse.Namespace,
+    *,
+    need_draft: bool,
+    placement: Placement | None = None,
+    spec: SpecConfig | None = None,
 ) -> ModelConfig:
+    """The models and where they run; their threads as the flags say, else as `spec`
+    places them (duo.session.threads)."""
     placement = placement or Placement()
     draft_path = args.model_draft if need_draft else None
     main, draft = resolve_models(args.model, draft_path, args.pair, progress=Spinner)
-    return ModelConfig(
+    models = ModelConfig(
         main=main,
         draft=draft if need_draft else None,
-        threads=args.threads,
-        draft_threads=args.threads_draft,
         n_gpu_layers=args.n_gpu_layers,
         n_gpu_layers_draft=draft_layers(args),
         devices=placement.main,
@@ -236,6 +253,10 @@ def model_config(
         mmap=not args.no_mmap,
         split=Split(args.split_mode, args.tensor_split or (), args.main_gpu),
         chat_template=read_template(args.chat_template_file),
+    )
+    explicit = getattr(args, "spec_type", None) is not None
+    return with_threads(
+        models, spec or SpecConfig(), args.threads, args.threads_draft, explicit=explicit
     )
 
 
@@ -264,7 +285,7 @@ def spec_config(args: argparse.Namespace) -> SpecConfig:
         draft_cores=draft_cores,
         adaptive=args.policy == "adaptive",
         deterministic=args.deterministic,
-        spec_types=parse_spec_types(args.spec_type),
+        spec_types=parse_spec_types(args.spec_type or ",".join(SPEC_TYPES)),
         ngram_max=max(2, args.spec_ngram_size_n),
         lookup_max=args.spec_ngram_size_m,
     )

@@ -221,7 +221,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise UsageError("--spec-type sets the draft sources of --clients' servers")
         spec = replace(spec, spec_types=parse_spec_types(args.spec_type))
     mains = _halves(args)
-    models = model_config(args, need_draft=True, placement=rpc_placement(args))
+    models = model_config(args, need_draft=True, placement=rpc_placement(args), spec=spec)
     if mains:
         models = replace(models, main=next(iter(mains.values())))
     if args.clients:

@@ -125,7 +125,9 @@ def cmd_lead(args: argparse.Namespace) -> int:
         return supervise_lead(args, tls)
     spec = spec_config(args)
     remote_draft = args.rpcd is not None  # drafted by a back of the lead's own
-    models = model_config(args, need_draft=args.model_draft is not None or remote_draft)
+    models = model_config(
+        args, need_draft=args.model_draft is not None or remote_draft, spec=spec
+    )
     if remote_draft:
         if models.draft is None:
             raise UsageError("--rpcd needs a draft model (-md) to put on its rpc-servers")
@@ -168,6 +170,7 @@ def cmd_lead(args: argparse.Namespace) -> int:
             local_back.start()
         url = _public_url(args.host, args.port, tls)
         print(f"duo lead: {models.main.name}{local} on {url} ({back_hint(url, keys)})", flush=True)
+        print(f"duo lead: placement: {service.lead.session.sharing().describe()}", flush=True)
         server = _server(
             service.feed.close,
             uvicorn.Config(
@@ -197,7 +200,7 @@ def _local_back(
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "localhost") else args.host
     url = _public_url(host, args.port, tls)
     options = [
-        "-t", str(args.threads_draft), "-c", str(args.ctx_size), "--parallel", str(args.parallel),
+        "-t", str(models.draft_threads), "-c", str(args.ctx_size), "--parallel", str(args.parallel),
         "--max-ahead", str(args.max_ahead), "--fanout", str(args.fanout),
     ]  # fmt: skip
     _, draft_cores = parse_pin(args.pin)

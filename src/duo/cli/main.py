@@ -86,22 +86,24 @@ def cmd_generate(args: argparse.Namespace) -> int:
     spec = spec_config(args)
     sampling = sampling_params(args)
     placement = rpc_placement(args)
-    config = model_config(args, need_draft=spec.mode != "target", placement=placement)
+    config = model_config(args, need_draft=spec.mode != "target", placement=placement, spec=spec)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     with Session(config, spec) as session:
         tokens = prompt_tokens(session, text, args.chat)
         stats = show_generation(
             session, tokens, args.n_predict, color=color, sampling=sampling, stops=args.stop
         )
+        sharing = session.sharing().describe()
     for line in stats.summary():
         print(line, file=sys.stderr)
+    print(f"placement: {sharing}", file=sys.stderr)
     return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job on the default pair: each mode on the same prompt, side by side."""
     spec = spec_config(args)
-    config = model_config(args, need_draft=True)
+    config = model_config(args, need_draft=True, spec=spec)
     color = sys.stdout.isatty()
     results = {}
     load = OtherLoad()

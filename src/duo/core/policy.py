@@ -85,6 +85,13 @@ class CostModel:
             extra += 1
         return extra
 
+    def reset(self, seconds: dict[int, float]) -> None:
+        """Start again from these costs (the machine's threads for the model changed)."""
+        if 1 not in seconds:
+            raise ValueError("the cost of a single-token pass is required")
+        self.seconds = dict(seconds)
+        self._table = []
+
     def observe(self, batch: int, seconds: float) -> None:
         old = self.seconds.get(batch)
         self.seconds[batch] = seconds if old is None else old + self.smoothing * (seconds - old)

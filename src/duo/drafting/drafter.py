@@ -149,6 +149,7 @@ class DraftWorker:
         self._cv = threading.Condition()
         self._begun = 0
         self._stopped = False
+        self._held = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> DraftWorker:
@@ -203,6 +204,13 @@ class DraftWorker:
                 track.resting = resting
                 self._cv.notify()
 
+    def hold(self, held: bool) -> None:
+        """While held the worker decodes for no generation (its cores are lent to the
+        main model); it still hears every commit, and catches up once released."""
+        with self._cv:
+            self._held = held
+            self._cv.notify()
+
     def _track(self, key: int) -> Track | None:
         return next((t for t in self.tracks if t.key == key), None)
 
@@ -231,7 +239,9 @@ class DraftWorker:
     def _work(self) -> list[tuple[Track, int, list[int], bool]]:
         """Under the lock: (track, key, committed tokens, changed since its last draft)
         of every generation with something to do."""
-        work = []
+        work: list[tuple[Track, int, list[int], bool]] = []
+        if self._held:
+            return work
         for t in self.tracks:
             if t.key is None or t.committed is None or t.resting:
                 continue

@@ -126,6 +126,7 @@ class Model:
         deterministic: bool = False,
     ) -> None:
         self.path = Path(path)
+        self.n_gpu_layers = n_gpu_layers
         _check_gguf_file(self.path)
         lib = _llama()
         self._lib = lib
@@ -211,6 +212,13 @@ class Model:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def set_threads(self, n_threads: int) -> None:
+        """Evaluate with this many threads from the next pass on (prompts too). llama.cpp
+        splits a matrix product by rows, each row's dot product on one thread, so the
+        logits do not depend on the count."""
+        self._lib.llama_set_n_threads(self._ctx, n_threads, n_threads)
+        self.n_threads = n_threads
 
     # -- evaluation ------------------------------------------------------------------
 

@@ -59,6 +59,9 @@ class ModelConfig:
     draft: Path | None  # draft model GGUF (needed by sync and async)
     threads: int = 1  # -t: threads of the main model
     draft_threads: int = 1  # -td: threads of the draft model
+    # The main model's threads while the in-process drafter rests, lent its cores (0: no
+    # such lending): which way pays is measured and switched online (duo.session.share)
+    threads_alone: int = 0
     n_gpu_layers: int = 0  # -ngl: main model layers offloaded to a GPU/remote device
     n_gpu_layers_draft: int = 0  # -ngld: same, for the draft model
     devices: tuple[str, ...] | None = None  # where the main model's layers may go (--rpcd)

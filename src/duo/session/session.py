@@ -42,6 +42,7 @@ from duo.llama.calibrate import calibrate
 from duo.llama.grammar import Grammar
 from duo.llama.rpc import device_list
 from duo.session.config import ModelConfig, SpecConfig
+from duo.session.share import FIXED, CoreShare, Sharing
 
 
 def check_compatible(main: Model, draft: Model) -> None:
@@ -90,6 +91,7 @@ class Session:
         self._costs: CostModel | None = None
         self._policies: dict[int, Chooser] = {}
         self._learnt: dict[str, StreakAcceptance] = {}  # acceptance by source, for every slot
+        self.share: CoreShare | None = None  # the cores lent between main model and drafter
         try:
             if "model" in types and models.draft is not None:
                 self.draft = Model(
@@ -103,7 +105,18 @@ class Session:
                     forks=slots * spec.fanout if spec.mode == "async" else 0,
                 )
                 check_compatible(self.main, self.draft)
+                if _lends_cores(models, spec):
+                    self.share = CoreShare(
+                        self.main,
+                        self.draft,
+                        split=models.threads,
+                        alone=models.threads_alone,
+                        draft_max=spec.draft_max,
+                        learnt=self._learnt,
+                    )
                 self.local = _local_drafter(self.draft, spec, slots)
+                if self.share is not None and isinstance(self.local, ThreadDrafts):
+                    self.share.start(self.local.worker)
         except BaseException:
             self.close()
             raise
@@ -165,8 +178,22 @@ class Session:
         with pinned(self.spec.main_cores):
             for r in run(g.main, g, stats.add_prefill):
                 stats.add(r)
+                self.after_round(len(r.tokens))
                 yield r
         stats.add_received(g.received())
+
+    def sharing(self) -> Sharing:
+        """How the main model and an in-process drafter share the machine now."""
+        if self.share is not None:
+            return self.share.sharing()
+        drafter = self.draft.n_threads if self.draft is not None else 0
+        return Sharing(FIXED, self.main.n_threads, drafter)
+
+    def after_round(self, emitted: int) -> None:
+        """Every round's emitted tokens, on the generation thread: the sharing of the
+        cores is looked at again now and then (duo.session.share)."""
+        if self.share is not None:
+            self.share.observe(emitted)
 
     def run(
         self,
@@ -207,6 +234,8 @@ class Session:
         if self._costs is None:
             k = self.spec.round_max + 1
             self._costs = calibrate(self.main, k, extra=range(2 * k, self.slots * k + 1, k))
+            if self.share is not None:
+                self.share.costs = self._costs
         return self._costs
 
     def forget(self) -> None:
@@ -235,6 +264,11 @@ def _local_drafter(draft: Model, spec: SpecConfig, slots: int) -> SyncDrafts | T
     return ThreadDrafts(
         draft, max_ahead=spec.max_ahead, fanout=spec.fanout, cores=cores, slots=slots
     )
+
+
+def _lends_cores(models: ModelConfig, spec: SpecConfig) -> bool:
+    """Whether the main model may take the in-process drafter's cores while it rests."""
+    return spec.mode == "async" and models.threads_alone > models.threads
 
 
 @contextmanager

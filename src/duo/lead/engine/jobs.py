@@ -297,6 +297,7 @@ class Engine:
 
     def _advance(self, running: Running, r: Round) -> None:
         running.stats.add(r)
+        self.session.after_round(len(r.tokens))
         chunk = running.text.feed(r)
         if self._show:
             self._show(running.slot, chunk)

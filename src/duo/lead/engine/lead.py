@@ -27,6 +27,7 @@ from duo.llama.grammar import Grammar
 from duo.mailbox import Mailboxes
 from duo.session.config import ModelConfig, SpecConfig
 from duo.session.session import Session
+from duo.session.share import Sharing
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,7 @@ class Props:
     spec: SpecConfig
     local_drafter: bool
     drafters: int  # backs connected now
+    sharing: Sharing  # the main model's and the in-process drafter's threads now
 
 
 class Lead:
@@ -214,6 +216,7 @@ class Lead:
             spec=self.session.spec,
             local_drafter=self.session.local is not None,
             drafters=self.backs.connected,
+            sharing=self.session.sharing(),
         )
 
     def slots(self) -> list[SlotState]:

@@ -17,7 +17,7 @@ event loop, after the size check every prompt gets. The requests come decoded
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -118,6 +118,13 @@ class Extensions:
                 "lookup_max": spec.lookup_max,
                 "local_drafter": props.local_drafter,
                 "drafters": props.drafters,
+            },
+            "placement": {
+                "way": cast(Literal["alone", "split", "fixed"], props.sharing.way),
+                "threads": props.sharing.main_threads,
+                "threads_draft": props.sharing.draft_threads,
+                "expected_tokens_per_second": props.sharing.expected,
+                "switches": props.sharing.switches,
             },
         }
         return JSONResponse(body)

@@ -275,6 +275,23 @@ class Speculative(TypedDict):
     drafters: Annotated[int, Meta(description="backs connected now")]
 
 
+class PlacementBody(TypedDict):
+    way: Annotated[
+        Literal["alone", "split", "fixed"],
+        Meta(
+            description="alone: the main model on every core, the in-process drafter "
+            "resting; split: the drafter on some of them; fixed: as the flags say"
+        ),
+    ]
+    threads: Annotated[int, Meta(description="the main model's threads now")]
+    threads_draft: Annotated[int, Meta(description="the in-process drafter's (0: none)")]
+    expected_tokens_per_second: Annotated[
+        dict[str, float],
+        Meta(description="each way's, from measured costs and the acceptance seen so far"),
+    ]
+    switches: int
+
+
 class PropsBody(TypedDict):
     default_generation_settings: GenerationSettings
     total_slots: int
@@ -289,3 +306,4 @@ class PropsBody(TypedDict):
     is_sleeping: bool
     n_vocab: int
     speculative: Speculative
+    placement: PlacementBody
