@@ -25,6 +25,7 @@ from duo.lead.verifier.service import IDLE_SECONDS
 from duo.lead.web.feed import Feed
 from duo.lead.web.page import Web
 from duo.session.config import SpecConfig
+from duo.session.share import Sharing
 from duo.supervisor.supervise import Supervisor, Worker
 from tests.unit.fakes import FakeModel, table_model
 from tests.unit.test_tools import QWEN25, SMOLLM2, WEATHER, renderer
@@ -65,7 +66,8 @@ class ScriptedLead:
 
     def props(self) -> Props:
         spec = SpecConfig(mode="sync", draft_max=6, spec_types=frozenset({"ngram", "model"}))
-        return Props("/m/scripted.gguf", self.template, "<s>", "</s>", 2, spec, True, 3)
+        sharing = Sharing("split", 3, 1, {"alone": 20.0, "split": 30.0}, 2)
+        return Props("/m/scripted.gguf", self.template, "<s>", "</s>", 2, spec, True, 3, sharing)
 
     def check_fits(self, prompt: list[int]) -> None:
         pass
@@ -465,6 +467,13 @@ def test_props() -> None:
         "lookup_max": 16,
         "local_drafter": True,
         "drafters": 3,
+    }
+    assert props["placement"] == {
+        "way": "split",
+        "threads": 3,
+        "threads_draft": 1,
+        "expected_tokens_per_second": {"alone": 20.0, "split": 30.0},
+        "switches": 2,
     }
 
 
