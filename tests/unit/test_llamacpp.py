@@ -58,3 +58,31 @@ def test_ngram_peers_draft_as_duo_does() -> None:
     ]  # fmt: skip
     assert ngram_flags("draft-simple,ngram-mod", 6)[-2:] == ["--spec-ngram-mod-n-max", "6"]
     assert ngram_flags("draft-simple", 8) == ngram_flags("ngram-cache", 8) == []
+
+
+def test_the_default_peers_take_llama_cpps_own_thread_count(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """llama.cpp-default and llama-server-default run as a user types them: no -t."""
+    from pathlib import Path
+
+    from duo.bench import servers
+    from duo.bench.llamacpp import _greedy
+    from duo.session.config import ModelConfig, SpecConfig
+
+    assert "-t" not in _greedy(Path("m.gguf"), "hi", 8, None, 0)
+    assert _greedy(Path("m.gguf"), "hi", 8, 2, 0)[6:8] == ["-t", "2"]
+    started: list[list[str]] = []
+    monkeypatch.setattr(servers, "find_bin", lambda _d, name: tmp_path / name)
+    monkeypatch.setattr(
+        servers.Server, "__init__", lambda self, name, cmds, devices, url: started.extend(cmds)
+    )
+    models = ModelConfig(Path("m.gguf"), Path("d.gguf"))
+    servers.start("llama-server-default", models, SpecConfig(), 1, None)
+    servers.start("llama-server", models, SpecConfig(), 1, None)
+    servers.start("duo", models, SpecConfig(), 1, None)
+    default, tuned, duo = started
+    assert "-t" not in default and "-tb" not in default and "--kv-unified" not in default
+    assert "-t" in tuned and "-tb" in tuned
+    # duo with the pair and no placement flags: -md, and no -t, --pin or --spec-type
+    assert "-md" in duo and not {"-t", "--pin", "--spec-type"} & set(duo)

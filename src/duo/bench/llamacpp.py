@@ -77,12 +77,13 @@ def _run(argv: list[str], cores: frozenset[int] | None) -> str:
     return result.stdout + result.stderr
 
 
-def _greedy(main: Path, prompt: str, n: int, threads: int, gpu_layers: int) -> list[str]:
-    """The flags both tools share: model, prompt, length, threads, offloaded layers (llama.cpp
-    offloads every layer by default where it has a GPU; duo offloads none unless told),
-    greedy, context."""
+def _greedy(main: Path, prompt: str, n: int, threads: int | None, gpu_layers: int) -> list[str]:
+    """The flags both tools share: model, prompt, length, threads (None: llama.cpp's
+    default), offloaded layers (llama.cpp offloads every layer by default where it has a
+    GPU; duo offloads none unless told), greedy, context."""
     return [
-        *("-m", str(main), "-p", prompt, "-n", str(n), "-t", str(threads)),
+        *("-m", str(main), "-p", prompt, "-n", str(n)),
+        *(("-t", str(threads)) if threads else ()),
         *("-ngl", str(gpu_layers), "--temp", "0", "-c", "4096"),
     ]
 
@@ -92,7 +93,7 @@ def target(
     main: Path,
     prompt: str,
     n: int,
-    threads: int,
+    threads: int | None,
     cores: frozenset[int] | None,
     gpu_layers: int = 0,
 ) -> dict[str, Any]:

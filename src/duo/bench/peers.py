@@ -36,7 +36,7 @@ class Peer(NamedTuple):
     spec_types: str | None  # llama-speculative-simple's --spec-type; None: llama-completion
     drafted: bool  # with the draft model
     cores: frozenset[int] | None  # pinned to these (None: every core)
-    threads: int  # of the main model
+    threads: int | None  # of the main model (None: llama.cpp's default)
 
 
 class LlamaCppRunner(Runner):
@@ -75,12 +75,14 @@ class LlamaCpp(LlamaCppRunner):
         self.peer = {
             "": Peer(None, False, spec.main_cores, models.threads),
             "all": Peer(None, False, None, every),
+            "default": Peer(None, False, None, None),  # as a user runs it: no -t
             "spec": Peer("draft-simple", True, both, models.threads),
             "spec+ngram": Peer("draft-simple,ngram-mod", True, both, models.threads),
         }.get(kind, Peer(kind, False, None, every))
         models_on = "main + draft, one process" if self.peer.drafted else "main"
         cores = cores_text(self.peer.cores, "all")
-        self.devices = f"{models_on}: cores {cores} x{self.peer.threads}t (llama.cpp)"
+        threads = f"x{self.peer.threads}t" if self.peer.threads else "default threads"
+        self.devices = f"{models_on}: cores {cores} {threads} (llama.cpp)"
 
     def one(self, i: int) -> tuple[Stats, float]:
         m, spec, peer = self.models, self.spec, self.peer
@@ -92,8 +94,8 @@ class LlamaCpp(LlamaCppRunner):
         else:
             r = llamacpp.speculative(
                 self.bin_dir, m.main, m.draft if peer.drafted else None, self.texts[i], self.n,
-                spec.draft_max, peer.threads, m.draft_threads, peer.cores, m.n_gpu_layers,
-                m.n_gpu_layers_draft, spec_types=peer.spec_types,
+                spec.draft_max, peer.threads or m.threads, m.draft_threads, peer.cores,
+                m.n_gpu_layers, m.n_gpu_layers_draft, spec_types=peer.spec_types,
             )  # fmt: skip
         # Each round emits its accepted draft tokens plus one: rounds = tokens - accepted.
         stats = Stats(

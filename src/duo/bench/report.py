@@ -41,6 +41,7 @@ class ModeResult:
     trace: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted) per round
     # per draft source: {"draft_n", "draft_n_accepted", "draft_n_received", "acceptance_rate"}
     sources: dict[str, dict[str, float]] = field(default_factory=dict)
+    placement: str = ""  # default: the threads and draft sources it ended on
 
 
 @dataclass

@@ -99,6 +99,12 @@ class InProcess(Runner):
         clock = _FirstRound()
         return self.session.run(self.tokenized[i], self.n, clock, self.sampling), clock.seconds
 
+    def extras(self) -> dict[str, Any]:
+        if self.session.share is None:
+            return {}
+        sources = ",".join(sorted(self.session.types)) or "none"
+        return {"placement": f"{self.session.sharing().describe()}; sources {sources}"}
+
     def close(self) -> None:
         self.session.close()
 

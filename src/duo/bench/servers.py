@@ -13,9 +13,16 @@ import httpx
 from duo.bench.llamacpp import find_bin, ngram_flags
 from duo.bench.runners import cores_text, wait_ready
 from duo.net import free_port
-from duo.session.config import ModelConfig, SpecConfig
+from duo.session.config import DEFAULT_SPEC_TYPES, ModelConfig, SpecConfig
 
-SERVERS = ("duo", "duo+back", "llama-server", "llama-server+md", "llama-server+ngram")
+SERVERS = (
+    "duo",
+    "duo+back",
+    "llama-server",
+    "llama-server-default",
+    "llama-server+md",
+    "llama-server+ngram",
+)
 SPECULATIVE_PEERS = ("llama-server+md", "llama-server+ngram")  # they take a draft length
 
 
@@ -70,11 +77,16 @@ def start(
         lead = [
             *duo, "lead", "-m", str(models.main), "--port", str(port), "--quiet",
             "--parallel", str(slots), "-c", ctx, "--draft", str(spec.draft_max),
-            "--spec-type", ",".join(sorted(spec.spec_types)) or "none",
         ]  # fmt: skip
-        if name == "duo":
-            return Server(name, [[*lead, "-t", every]], f"main: all cores x{every}t", url)
+        types = ["--spec-type", ",".join(sorted(spec.spec_types)) or "none"]
+        if name == "duo":  # as a user types it: the pair, no placement flags
+            if spec.spec_types != DEFAULT_SPEC_TYPES:  # --spec-type: as given
+                lead += types
+            if models.draft is not None:
+                lead += ["-md", str(models.draft)]
+            return Server(name, [lead], "duo's default placement", url)
         assert models.draft is not None
+        lead += types
         main_cores, draft_cores = cores_text(spec.main_cores, ""), cores_text(spec.draft_cores, "")
         lead += ["-t", str(models.threads), *(["--pin", f"{main_cores}:"] if main_cores else [])]
         back = [
@@ -85,9 +97,12 @@ def start(
         return Server(name, [lead, back], devices, url)
     server = [
         str(find_bin(bin_dir, "llama-server")), "-m", str(models.main), "--host", "127.0.0.1",
-        "--port", str(port), "-np", str(slots), "-c", str(models.n_ctx * slots), "-t", every,
-        "--kv-unified", "-tb", every, "-ngl", str(models.n_gpu_layers), "--no-webui",
+        "--port", str(port), "-np", str(slots), "-c", str(models.n_ctx * slots),
+        "-ngl", str(models.n_gpu_layers), "--no-webui",
     ]  # fmt: skip
+    if name == "llama-server-default":  # as a user types it: no thread or cache flags
+        return Server(name, [server], "llama-server's defaults", url)
+    server += ["-t", every, "--kv-unified", "-tb", every]
     devices = f"main: all cores x{every}t (llama.cpp)"
     if name == "llama-server+md":
         assert models.draft is not None

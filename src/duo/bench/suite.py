@@ -1,6 +1,8 @@
 """`duo bench`: every mode on the same prompts, in the same run, on pinned "devices".
 
 Modes:
+    default     what `duo generate` does with no placement flags: every core, every draft
+                source, the draft model's cores lent to the main model where it does not pay
     target-1    the main model alone on the main device (one core set)
     target-all  the main model alone on every core (the strongest single-box alternative)
     sync        classic speculative decoding on the main device
@@ -53,8 +55,10 @@ from duo.core.stats import Stats
 from duo.errors import UsageError
 from duo.session.config import Mode, ModelConfig, SpecConfig
 from duo.session.session import Session
+from duo.session.threads import with_threads
 
 MODES = (
+    "default",
     "target-1",
     "target-all",
     "sync",
@@ -72,6 +76,7 @@ FREE = frozenset({"ngram", "suffix"})  # free-1, free-all: no draft model
 PEER_MODES = (
     "llama.cpp",
     "llama.cpp-all",
+    "llama.cpp-default",
     "llama.cpp-spec",
     *(f"llama.cpp-{t}" for t in NGRAM_TYPES),
     "llama.cpp-spec+ngram",
@@ -262,6 +267,9 @@ def run(
         models = replace(base_models, main=halves[half]) if half else base_models
         target = replace(models, draft=None)
         every_core = replace(target, threads=len(all_cores))
+        if mode == "default":  # as a user runs it: no cores, threads or sources given
+            cfg = SpecConfig(draft_max=spec.draft_max, max_ahead=spec.max_ahead, fanout=spec.fanout)
+            return InProcess(label, with_threads(models, cfg), cfg, prompts, n, sampling)
         if mode == "target-1":
             cfg = replace(spec, mode="target", draft_cores=None)
             return InProcess(label, target, cfg, prompts, n, sampling)
