@@ -70,6 +70,7 @@ class FakeModel:
 
 class FakeWorker:
     held: bool | None = None
+    guess_seconds: float | None = None
 
     def hold(self, held: bool) -> None:
         self.held = held
@@ -139,3 +140,19 @@ def test_looks_at_a_drafter_that_keeps_failing_come_ever_less_often(
             looks.append(window)
     gaps = [b - a for a, b in itertools.pairwise(looks)]
     assert len(looks) >= 3 and gaps == sorted(gaps) and gaps[-1] > gaps[0]
+
+
+def test_beside_the_drafter_the_costs_measured_together_decide(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Timed alone at start, a drafter looks worth its cores; running together, the two
+    models slow each other down, and what the passes and steps then take is what counts."""
+    s, main, worker, learnt = make_share(monkeypatch, BOUND_ALONE, BOUND_SPLIT, BOUND_STEP)
+    drafted(learnt, 200, accepted=2, of=4)
+    s.costs = CostModel(dict(BOUND_SPLIT))
+    s.observe(WINDOW)
+    assert s.state == SPLIT
+    s.costs.reset({n: 2.5 * t for n, t in BOUND_SPLIT.items()})  # passes slowed down
+    worker.guess_seconds = 0.1  # and the drafter's steps
+    s.observe(WINDOW)
+    assert (s.state, main.n_threads, worker.held) == (ALONE, 4, True)

@@ -116,8 +116,17 @@ class CoreShare:
     # -- the choice ------------------------------------------------------------------
 
     def estimate(self, acceptance: float) -> Estimate:
+        """Both ways' tokens per second. Beside the drafter, the two models slow each other
+        down (shared caches and memory bandwidth): while they run together, the passes and
+        steps as measured then are used, not the ones timed alone at start."""
         alone, split = (CostModel(self.tables[s]) for s in (ALONE, SPLIT))
-        return estimate(alone, split, self.step, acceptance, self.draft_max)
+        step = self.step
+        if self.state == SPLIT:
+            if self.costs is not None:
+                split = self.costs
+            if self.worker is not None and self.worker.guess_seconds is not None:
+                step = self.worker.guess_seconds
+        return estimate(alone, split, step, acceptance, self.draft_max)
 
     def acceptance(self) -> float:
         """The drafter's acceptance so far, with the prior counted as a few tokens."""
