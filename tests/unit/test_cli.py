@@ -184,6 +184,49 @@ def test_every_long_flag_takes_its_default_from_duo_arg(
     assert "--ctx-size: expected an integer >= 0, got 'lots'" in capsys.readouterr().err
 
 
+def stub_servers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing starts (no model loads, nothing listens) if a check misses."""
+    for command in ("duo.cli.lead.cmd_lead", "duo.cli.rpc_server.cmd_rpc_server"):
+        monkeypatch.setattr(command, lambda args: 0)
+    monkeypatch.setattr(sys.modules["duo.cli.main"], "cmd_models", lambda args: 0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["lead", "--host", ""], "argument --host: expected an address to listen on"),
+        (["lead", "--host="], "argument --host: expected an address to listen on"),
+        (["lead", "--host", "127.0.0.1:5555"], "got '127.0.0.1:5555'"),
+        (["lead", "--host", "[::1]"], "an IPv6 address goes without brackets"),
+        (["lead", "--host", "two words"], "expected an address to listen on"),
+        (["rpc-server", "--host", ""], "argument --host: expected an address to listen on"),
+    ],
+)
+def test_an_empty_or_unparsable_host_is_refused(
+    argv: list[str],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An empty host would listen on every interface (0.0.0.0 and ::), and the warnings
+    would name no address: refused in one line, before anything starts."""
+    stub_servers(monkeypatch)
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit.value.code == 2
+    assert message in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0", "::", "::1", "localhost", "lead.lan"])
+def test_addresses_and_host_names_are_valid_hosts(host: str) -> None:
+    assert build_parser().parse_args(["lead", "--host", host]).host == host
+    env_defaults(parser := build_parser(), {"DUO_ARG_HOST": host})
+    assert parser.parse_args(["lead"]).host == host
+
+
 class ClosedPipe(io.StringIO):
     def write(self, text: str) -> int:
         raise BrokenPipeError(32, "Broken pipe")

@@ -26,7 +26,7 @@ from duo.cli.args import (
 )
 from duo.cli.back import BACK_KEY_ENV
 from duo.cli.console import Console
-from duo.cli.values import port, positive, stretch
+from duo.cli.values import bind_address, port, positive, stretch
 from duo.errors import UsageError
 from duo.lead.engine.lead import LeadConfig
 from duo.lead.openai.reasoning import FORMATS
@@ -52,7 +52,13 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_rpc_arg(lead)
     add_spec_args(lead, modes=False)
     g = lead.add_argument_group("server")
-    g.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
+    g.add_argument(
+        "--host",
+        type=bind_address,
+        default="127.0.0.1",
+        help="address to bind: an IP address (0.0.0.0 or :: for every interface) or a host "
+        "name (default %(default)s)",
+    )
     g.add_argument("--port", type=port, default=5555, help="port (default %(default)s)")
     auth_args.add_key_args(
         g, "require this Bearer key on the API (and the drafter channel)", drafter=True

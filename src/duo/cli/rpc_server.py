@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from duo.cli.values import port, positive
+from duo.cli.values import bind_address, port, positive
 from duo.llama.rpc import DEFAULT_PORT, serve
 from duo.net import is_loopback
 
@@ -17,7 +17,12 @@ def add_rpc_server_parser(sub: argparse._SubParsersAction[argparse.ArgumentParse
     p = sub.add_parser(
         "rpc-server", help="lend this machine's CPU to a main model elsewhere (llama.cpp RPC)"
     )
-    p.add_argument("--host", default="127.0.0.1", help="IPv4 address to bind (default %(default)s)")
+    p.add_argument(
+        "--host",
+        type=bind_address,
+        default="127.0.0.1",
+        help="IPv4 address to bind (default %(default)s)",
+    )
     p.add_argument("--port", type=port, default=DEFAULT_PORT, help="port (default %(default)s)")
     p.add_argument(
         "-t", "--threads", type=positive, default=threads, help="CPU threads (default %(default)s)"

@@ -4,6 +4,8 @@ range: argparse `type=` functions, shared by every command."""
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import re
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -28,6 +30,28 @@ def port(text: str) -> int:
     if value > 65535:
         raise argparse.ArgumentTypeError(f"expected a port in 1..65535, got {value}")
     return value
+
+
+# A host name: dot-separated labels of letters, digits, hyphens (and underscores, which
+# /etc/hosts and container networks allow), none starting or ending with a hyphen.
+_HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9_-]{1,63}(?<!-))*\.?")
+
+
+def bind_address(text: str) -> str:
+    """--host: an IPv4 or IPv6 address (0.0.0.0 or :: for every interface) or a host name
+    such as localhost. Never empty: an empty host would listen on every interface."""
+    try:
+        ipaddress.ip_address(text)
+        return text
+    except ValueError:
+        pass
+    if len(text) <= 253 and _HOST_NAME.fullmatch(text):
+        return text
+    hint = " (an IPv6 address goes without brackets)" if text.startswith("[") else ""
+    raise argparse.ArgumentTypeError(
+        "expected an address to listen on (127.0.0.1, ::1, 0.0.0.0 for every interface, or a "
+        f"host name such as localhost), got {text[:100]!r}{hint}"
+    )
 
 
 def non_negative(text: str) -> int:
