@@ -11,7 +11,6 @@ import pytest
 
 from duo.cli.main import build_parser, main
 from duo.cli.parser import env_defaults
-from duo.errors import UsageError
 
 
 @pytest.mark.parametrize(
@@ -173,15 +172,70 @@ def test_every_long_flag_takes_its_default_from_duo_arg(
     assert (args.ctx_size, args.parallel, args.alias) == (512, 2, "x")
     assert build_parser().parse_args(["lead"]).ctx_size == 4096  # no environment, no change
     for bad, message in [
-        ({"DUO_ARG_FLASH_ATTN": "yes"}, "expected one of on, off, auto"),
-        ({"DUO_ARG_NO_MMAP": "maybe"}, "expected 1 or 0"),
+        ({"DUO_ARG_FLASH_ATTN": "yes"}, "$DUO_ARG_FLASH_ATTN is 'yes': expected one of on, off"),
+        ({"DUO_ARG_NO_MMAP": "maybe"}, "$DUO_ARG_NO_MMAP is 'maybe': expected 1 or 0"),
+        ({"DUO_ARG_CTX_SIZE": "lots"}, "$DUO_ARG_CTX_SIZE: expected an integer >= 0, got 'lots'"),
     ]:
-        with pytest.raises(UsageError, match=message):
-            env_defaults(build_parser(), bad)
-    env_defaults(parser := build_parser(), {"DUO_ARG_CTX_SIZE": "lots"})
+        env_defaults(parser := build_parser(), bad)
+        with pytest.raises(SystemExit):
+            parser.parse_args(["lead"])
+        assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("env", "argv", "message"),
+    [
+        ({"DUO_ARG_PORT": "abc"}, ["lead"], "$DUO_ARG_PORT: expected a positive integer"),
+        (
+            {"DUO_ARG_PORT": "abc"},
+            ["lead", "--port", "18081"],
+            "$DUO_ARG_PORT: expected a positive integer, got 'abc'",
+        ),
+        ({"DUO_ARG_PORT": "70000"}, ["lead", "--port=18081"], "$DUO_ARG_PORT: expected a port"),
+        ({"DUO_ARG_HOST": ""}, ["lead"], "$DUO_ARG_HOST: expected an address to listen on"),
+        (
+            {"DUO_ARG_HOST": ""},
+            ["lead", "--host", "127.0.0.1"],
+            "$DUO_ARG_HOST: expected an address to listen on",
+        ),
+        ({"DUO_ARG_HOST": ""}, ["rpc-server"], "$DUO_ARG_HOST: expected an address"),
+        ({"DUO_ARG_NO_MMAP": "maybe"}, ["lead", "--no-mmap"], "$DUO_ARG_NO_MMAP is 'maybe'"),
+        ({"DUO_ARG_FLASH_ATTN": "yes"}, ["lead", "-fa", "on"], "$DUO_ARG_FLASH_ATTN is 'yes'"),
+        ({"DUO_ARG_PROMPT_STRETCH": "0"}, ["lead", "--prompt-stretch", "2"], "is 1 or more"),
+        ({"DUO_ARG_VERBOSE": "loud"}, ["-v", "models"], "$DUO_ARG_VERBOSE is 'loud'"),
+    ],
+)
+def test_a_bad_duo_arg_is_refused_even_where_the_flag_overrides_it(
+    env: dict[str, str],
+    argv: list[str],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """As llama-server applies each LLAMA_ARG_* before its command line (common/arg.cpp,
+    "error while handling environment variable"): one line naming the variable, exit 2."""
+    stub_servers(monkeypatch)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit.value.code == 2
+    assert message in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"duo {argv[0]}: error: " if argv[0] != "-v" else "duo: error: ")
+
+
+def test_a_duo_arg_of_another_command_is_left_to_that_command() -> None:
+    """$DUO_ARG_FANOUT=0,2 suits `duo bench --fanout`, not `duo generate --fanout`; as
+    llama.cpp's tools read only their own options' variables, each command checks its own."""
+    env = {"DUO_ARG_FANOUT": "0,2", "DUO_ARG_PORT": "abc"}
+    env_defaults(parser := build_parser(), env)
+    assert parser.parse_args(["bench"]).fanout == [0, 2]
+    assert parser.parse_args(["models"]).action == "list"
     with pytest.raises(SystemExit):
-        parser.parse_args(["lead"])
-    assert "--ctx-size: expected an integer >= 0, got 'lots'" in capsys.readouterr().err
+        parser.parse_args(["generate", "-p", "hi"])
 
 
 def stub_servers(monkeypatch: pytest.MonkeyPatch) -> None:
