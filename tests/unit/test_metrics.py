@@ -26,7 +26,7 @@ def test_readiness_and_received_drafts_add_up_across_generations() -> None:
         s.add(Round((6,), 0, 0, 0.01, 0.01, after="rejection", ready=False))
         s.add(Round((7,), 0, 0, 0.01, 0.01, after="no draft", ready=None))  # no room
         s.add_received({"back:a": 9, "back:b": 0})
-        metrics.add(s)
+        metrics.add(s, "stop")
     m = samples(metrics.render())
     assert m['duo_source_draft_tokens_total{source="back:a"}'] == 8
     assert m['duo_source_draft_tokens_accepted_total{source="back:a"}'] == 6

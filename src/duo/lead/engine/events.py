@@ -6,12 +6,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from duo.core.engine import Finish, Round
 from duo.core.logprobs import TokenLogprob
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.core.text import Chunk
+
+# Why a request left its slot: its generation finished (an end-of-generation token or a
+# stop string; its token budget), or its client went away (llama-server's and vLLM's
+# "abort"): never told as "length", which a client reads as a reply cut at max_tokens.
+Ending = Finish | Literal["cancelled"]
+ENDINGS: tuple[Ending, ...] = (*get_args(Finish), "cancelled")
 
 
 @dataclass

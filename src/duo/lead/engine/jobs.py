@@ -27,12 +27,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from duo.core.draft import common_prefix
-from duo.core.engine import Finish, Generation, MainModel, Prefill, Round, step
+from duo.core.engine import Generation, MainModel, Prefill, Round, step
 from duo.core.logprobs import LogprobQueue, TokenLogprob
 from duo.core.stats import Stats
 from duo.core.text import Chunk, TextStream
 from duo.errors import DuoError
-from duo.lead.engine.events import Delta, Done, Failed, Ticket, deltas
+from duo.lead.engine.events import Delta, Done, Ending, Failed, Ticket, deltas
 from duo.session.session import Session, pinned
 
 log = logging.getLogger(__name__)
@@ -77,14 +77,15 @@ class Call:
 
 class Engine:
     """The engine thread and its slots. `show(slot, chunk)` sees each request's text as it
-    is generated (the console), and `done(stats)` / `failed()` each finished request."""
+    is generated (the console), and `done(stats, ending)` / `failed()` each request that
+    ended, finished or cancelled / failed."""
 
     def __init__(
         self,
         session: Session,
         *,
         show: Callable[[int, Chunk | str], None] | None = None,
-        done: Callable[[Stats], None] | None = None,
+        done: Callable[[Stats, Ending], None] | None = None,
         failed: Callable[[], None] | None = None,
         flush: Callable[[], None] | None = None,
         stretch: float = PIECE_STRETCH,
@@ -256,7 +257,7 @@ class Engine:
 
     def _round(self) -> None:
         for running in [r for r in self._running.values() if r.ticket.job.cancelled.is_set()]:
-            self._end(running, "length")
+            self._end(running, "cancelled")
         if not self._running:
             return
         everyone = sorted(self._running.values(), key=lambda r: r.slot)
@@ -314,8 +315,9 @@ class Engine:
         elif r.finish:
             self._end(running, r.finish)
 
-    def _end(self, running: Running, outcome: Finish | Exception | None) -> None:
-        """The request leaves its slot: finished (`Finish`), failed, or shut down (None)."""
+    def _end(self, running: Running, outcome: Ending | Exception | None) -> None:
+        """The request leaves its slot: finished (`Finish`), cancelled by its client,
+        failed, or shut down (None)."""
         del self._running[running.slot]
         try:
             running.gen.end()
@@ -335,7 +337,7 @@ class Engine:
         stats = running.stats
         stats.add_received(running.gen.received())
         if self._done:
-            self._done(stats)
+            self._done(stats, outcome)
         log.info(
             "request%s: prompt %d tokens (%d ms), generated %d tokens at %.1f tok/s, "
             "drafted %d, accepted %d, mean acceptance length %.2f, finish %s%s",
@@ -350,7 +352,8 @@ class Engine:
             outcome,
             f" (by source: {stats.sources_text()})" if stats.by_source else "",
         )
-        running.ticket.emit(Done(outcome, stats))
+        if outcome != "cancelled":  # else nobody waits for it any more
+            running.ticket.emit(Done(outcome, stats))
 
     def _fail(self, ticket: Ticket, e: Exception) -> None:
         if self._failed:

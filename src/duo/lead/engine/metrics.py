@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from duo.channel.endpoint import WireStats
 from duo.core.engine import AFTER
 from duo.core.stats import Stats
+from duo.lead.engine.events import ENDINGS, Ending
 
 
 @dataclass
@@ -17,6 +18,8 @@ class Metrics:
     local_drafter: bool  # the lead runs a drafter of its own (-md)
     decode_cpu: Callable[[], float] = lambda: 0.0  # the main model's Model.decode_cpu_seconds
     requests: int = 0
+    # by why they ended (vLLM's request_success_total, whose "abort" is "cancelled")
+    ended: dict[Ending, int] = field(default_factory=lambda: dict.fromkeys(ENDINGS, 0))
     requests_failed: int = 0
     total: Stats = field(default_factory=Stats)  # all finished generations
     # (busy slots, queued requests, slots) now: set by the lead
@@ -24,8 +27,11 @@ class Metrics:
     # told of each finished generation, on the engine thread (the dashboard's feed)
     listeners: list[Callable[[Stats], None]] = field(default_factory=list)
 
-    def add(self, s: Stats) -> None:
+    def add(self, s: Stats, ending: Ending) -> None:
+        """A request ended without an error: finished ("stop", "length") or cancelled by
+        its client ("cancelled"), with what it did until then."""
         self.requests += 1
+        self.ended[ending] += 1
         self.total.merge(s)
         for listener in self.listeners:
             listener(s)
@@ -41,7 +47,12 @@ class Metrics:
             ("slots", "gauge", "Requests the lead decodes together (--parallel).", slots),
             ("slots_busy", "gauge", "Slots running a request now.", busy),
             ("requests_queued", "gauge", "Requests waiting for a free slot.", queued),
-            ("requests_total", "counter", "Finished generation requests.", self.requests),
+            (
+                "requests_total",
+                "counter",
+                "Generation requests ended without an error (finished or cancelled).",
+                self.requests,
+            ),
             (
                 "requests_failed_total",
                 "counter",
@@ -132,6 +143,14 @@ class Metrics:
                 f"# TYPE duo_{name} {kind}",
                 f"duo_{name} {value:g}",
             ]
+        name = "requests_ended_total"
+        lines += [
+            f"# HELP duo_{name} Generation requests by why they ended: stop (an "
+            "end-of-generation token or a stop string), length (max_tokens or the context), "
+            "cancelled (the client went away or stopped it).",
+            f"# TYPE duo_{name} counter",
+            *(f'duo_{name}{{reason="{why}"}} {n}' for why, n in self.ended.items()),
+        ]
         for name, help_text, attr in (
             ("source_draft_tokens_total", "Draft tokens verified, by source.", "drafted"),
             ("source_draft_tokens_accepted_total", "Draft tokens accepted, by source.", "accepted"),

@@ -1,0 +1,135 @@
+"""The lead's engine thread (duo.lead.engine.jobs) on a fake main model: why each request
+ended, as its log line, its Done event and /metrics tell it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from duo.channel.endpoint import WireStats
+from duo.core.choice import Chooser, Longest
+from duo.core.engine import Generation
+from duo.core.sampling import SamplingParams
+from duo.core.stats import Stats
+from duo.core.text import Chunk
+from duo.lead.engine.events import Done, Ending, Event, Job, Ticket
+from duo.lead.engine.jobs import Engine
+from duo.lead.engine.metrics import Metrics
+from tests.unit.fakes import FakeModel, table_model
+from tests.unit.test_metrics import samples
+
+
+class FakeMain:
+    """The main model's sequences, one FakeModel each, evaluated in one pass."""
+
+    n_batch = 512
+    shares_cells = False
+
+    def __init__(self, slots: int) -> None:
+        table = table_model(1)
+        self.models = [FakeModel(table, n_ctx=4096) for _ in range(slots)]
+        self.vocab = SimpleNamespace(piece=lambda token: b"a")
+
+    @property
+    def seqs(self) -> list[list[int]]:
+        return [m.tokens for m in self.models]
+
+    def sequence(self, slot: int) -> FakeModel:
+        return self.models[slot]
+
+    def decode_batch(
+        self,
+        parts: Sequence[tuple[int, Sequence[int]]],
+        prefill: Sequence[tuple[int, Sequence[int]]] = (),
+    ) -> list[np.ndarray]:
+        for slot, tokens in prefill:
+            self.models[slot].decode(tokens, all_logits=False)
+        return [self.models[slot].decode(tokens) for slot, tokens in parts]
+
+
+class FakeSession:
+    """What the engine asks of a Session: the main model alone, greedy, no drafts."""
+
+    slots = 1
+    spec = SimpleNamespace(main_cores=None)
+
+    def __init__(self) -> None:
+        self.main = FakeMain(self.slots)
+
+    def policy(self, slot: int = 0) -> Chooser:
+        return Longest()
+
+    def costs(self) -> Any:  # a prompt is read whole beside the others' rounds
+        return SimpleNamespace(room=lambda decoding, stretch, most, admitted: most)
+
+    def after_round(self, emitted: int) -> None:
+        pass
+
+    def generation(
+        self,
+        prompt: list[int],
+        max_tokens: int,
+        sampling: SamplingParams,
+        slot: int = 0,
+        record: Any = None,
+    ) -> Generation:
+        return Generation(self.main.sequence(slot), prompt, max_tokens=max_tokens)
+
+
+def test_a_request_its_client_cancels_ends_cancelled_not_length(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A streaming request for 400 tokens, cut by its client after 39 (or the web page's
+    Stop button): logged `finish cancelled` and counted as cancelled (llama-server's and
+    vLLM's abort), never as `length`, which a client reads as a reply cut at max_tokens.
+    A request that runs to its max_tokens still ends with `length`."""
+    metrics = Metrics(WireStats(), drafters=lambda: 0, local_drafter=False)
+    ended: list[Ending] = []
+    gone = threading.Event()
+
+    def done(stats: Stats, ending: Ending) -> None:
+        metrics.add(stats, ending)
+        ended.append(ending)
+        gone.set()
+
+    job = Job(prompt=[1, 2, 3], max_tokens=400)
+    chunks = 0
+
+    def show(slot: int, chunk: Chunk | str) -> None:
+        nonlocal chunks
+        if isinstance(chunk, Chunk):
+            chunks += 1
+            if chunks == 39:  # the client goes away (duo.lead.engine.lead: Lead.events)
+                job.cancelled.set()
+                engine.cancelled()
+
+    caplog.set_level(logging.INFO, logger="duo.lead.engine.jobs")
+    engine = Engine(FakeSession(), show=show, done=done)  # type: ignore[arg-type]
+    try:
+        events: list[Event] = []
+        engine.submit(Ticket(job, events.append))
+        assert gone.wait(30), "the cancelled request never left its slot"
+        gone.clear()
+        finished: list[Event] = []
+        engine.submit(Ticket(Job(prompt=[4, 5, 6], max_tokens=5), finished.append))
+        assert gone.wait(30), "the next request never ended"
+    finally:
+        engine.close()
+    assert ended == ["cancelled", "length"]
+    assert not any(isinstance(e, Done) for e in events)  # nobody waits for it any more
+    assert isinstance(finished[-1], Done) and finished[-1].finish_reason == "length"
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("request")]
+    assert "generated 39 tokens" in lines[0] and lines[0].endswith("finish cancelled"), lines
+    assert "generated 5 tokens" in lines[1] and lines[1].endswith("finish length"), lines
+    m = samples(metrics.render())
+    assert m['duo_requests_ended_total{reason="cancelled"}'] == 1
+    assert m['duo_requests_ended_total{reason="length"}'] == 1
+    assert m['duo_requests_ended_total{reason="stop"}'] == 0
+    assert m["duo_requests_total"] == 2
+    assert m["duo_tokens_generated_total"] == 39 + 5
