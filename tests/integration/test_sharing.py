@@ -3,14 +3,13 @@ output (real default pair; switches forced every few tokens)."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from duo.core.sampling import GREEDY, SamplingParams
-from duo.core.sharing import Estimate
+from duo.core.sharing import ALONE, SPLIT
 from duo.session import share
 from duo.session.config import ModelConfig, SpecConfig
 from duo.session.session import Session
@@ -26,9 +25,12 @@ N = 96
 
 @pytest.fixture
 def flipping(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every look at the choice finds the other way better: a switch every 8 tokens."""
-    flip = itertools.cycle([Estimate(alone=1.0, split=10.0), Estimate(alone=10.0, split=1.0)])
-    monkeypatch.setattr(share, "estimate", lambda *_a, **_k: next(flip))
+    """Every look at the choice takes the other way: a switch every 8 tokens."""
+
+    def flip(self: share.CoreShare) -> None:
+        self._take(SPLIT if self.state == ALONE else ALONE)
+
+    monkeypatch.setattr(share.CoreShare, "_choose", flip)
     monkeypatch.setattr(share, "WINDOW", 8)
 
 

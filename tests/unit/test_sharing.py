@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from duo.core.policy import CostModel, StreakAcceptance
+from duo.core.engine import Round
+from duo.core.policy import CostModel
 from duo.core.sharing import ALONE, MARGIN, SPLIT, Estimate, estimate, split_rate
 from duo.session import share
 from duo.session.share import FIRST_LOOK, WINDOW, CoreShare
@@ -70,7 +71,6 @@ class FakeModel:
 
 class FakeWorker:
     held: bool | None = None
-    guess_seconds: float | None = None
 
     def hold(self, held: bool) -> None:
         self.held = held
@@ -81,78 +81,72 @@ def make_share(
     alone: dict[int, float],
     split: dict[int, float],
     step: float,
-) -> tuple[CoreShare, FakeModel, FakeWorker, dict[str, StreakAcceptance]]:
+) -> tuple[CoreShare, FakeModel, FakeWorker]:
     by_threads = {4: alone, 3: split, 1: {1: step}}
     monkeypatch.setattr(share, "_timed", lambda model, threads, *_a, **_k: by_threads[threads])
     main, draft, worker = FakeModel(3), FakeModel(1), FakeWorker()
-    learnt: dict[str, StreakAcceptance] = {}
-    s = CoreShare(main, draft, split=3, alone=4, draft_max=8, learnt=learnt)  # type: ignore[arg-type]
+    s = CoreShare(main, draft, split=3, alone=4, draft_max=8)  # type: ignore[arg-type]
     s.start(worker)  # type: ignore[arg-type]
-    return s, main, worker, learnt
+    return s, main, worker
 
 
-def drafted(learnt: dict[str, StreakAcceptance], rounds: int, accepted: int, of: int) -> None:
-    acceptance = learnt.setdefault("model", StreakAcceptance())
-    for _ in range(rounds):
-        acceptance.observe(of, accepted)
+def passes(s: CoreShare, tokens: int, seconds: float, source: str | None, n: int) -> None:
+    """n passes of one round each, emitting `tokens` tokens in `seconds`."""
+    for _ in range(n):
+        drafted = tokens - 1 if source else 0
+        s.observe([Round(tuple(range(tokens)), drafted, drafted, seconds, seconds, source=source)])
 
 
 def test_on_a_compute_bound_cpu_the_drafter_rests_and_is_never_tried(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    s, main, worker, _ = make_share(monkeypatch, CPU_ALONE, CPU_SPLIT, CPU_STEP)
+    s, main, worker = make_share(monkeypatch, CPU_ALONE, CPU_SPLIT, CPU_STEP)
     assert (s.state, main.n_threads, worker.held) == (ALONE, 4, True)
-    for _ in range(200 * FIRST_LOOK):
-        s.observe(WINDOW // 4)
-    assert (s.state, s.switches) == (ALONE, 0)  # even a perfect drafter could not pay
+    passes(s, 1, CPU_ALONE[1], None, 200 * FIRST_LOOK * WINDOW)
+    assert (s.state, s.switches) == (ALONE, 0)  # even a good drafter could not pay
 
 
-def test_a_cheap_drafter_drafts_until_its_drafts_prove_wrong_then_rests(
+def test_a_cheap_drafter_drafts_while_its_rounds_beat_the_main_model_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    s, main, worker, learnt = make_share(monkeypatch, BOUND_ALONE, BOUND_SPLIT, BOUND_STEP)
+    s, main, worker = make_share(monkeypatch, BOUND_ALONE, BOUND_SPLIT, BOUND_STEP)
     assert (s.state, main.n_threads, worker.held) == (SPLIT, 3, False)
+    # 5 tokens a round from its drafts, in a pass of 6: alone would take 5 passes
+    passes(s, 5, BOUND_SPLIT[6], "model", 4 * WINDOW // 5)
+    assert (s.state, s.switches) == (SPLIT, 0)
+    assert s.sharing().expected[SPLIT] > 2 * s.sharing().expected[ALONE]
+
+
+def test_a_drafter_whose_rounds_do_not_pay_rests_and_is_looked_at_ever_less_often(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s, main, worker = make_share(monkeypatch, BOUND_ALONE, BOUND_SPLIT, BOUND_STEP)
     s.costs = CostModel(dict(BOUND_SPLIT))
-    drafted(learnt, 200, accepted=0, of=4)  # its drafts are wrong
-    s.observe(WINDOW)
+    # Its drafts are wrong: one token a round, in passes of 5 slowed down by the drafter
+    passes(s, 1, BOUND_SPLIT[5] * 1.3, "model", WINDOW)
     assert (s.state, main.n_threads, worker.held, s.switches) == (ALONE, 4, True, 1)
     assert s.costs.cost(1) == pytest.approx(BOUND_ALONE[1])  # the policy's costs follow
-    # Later it gets its cores back for a look, and keeps them once its drafts are right.
-    for _ in range(FIRST_LOOK):
-        s.observe(WINDOW)
-    assert (s.state, main.n_threads, worker.held) == (SPLIT, 3, False)
-    drafted(learnt, 400, accepted=4, of=4)
-    s.observe(WINDOW)
-    assert s.state == SPLIT and s.sharing().expected[SPLIT] > s.sharing().expected[ALONE]
-
-
-def test_looks_at_a_drafter_that_keeps_failing_come_ever_less_often(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    s, _, _, learnt = make_share(monkeypatch, BOUND_ALONE, BOUND_SPLIT, BOUND_STEP)
-    drafted(learnt, 500, accepted=0, of=4)
-    s.observe(WINDOW)
-    looks = []
-    for window in range(1, 200):
-        before = s.state
-        s.observe(WINDOW)
+    assert s.sharing().expected[ALONE] > s.sharing().expected[SPLIT]
+    looks, before = [], s.state
+    for window in range(400):
+        if s.state == SPLIT:  # each look finds the same
+            passes(s, 1, BOUND_SPLIT[5] * 1.3, "model", WINDOW)
+        else:
+            passes(s, 1, BOUND_ALONE[1], None, WINDOW)
         if before == ALONE and s.state == SPLIT:
             looks.append(window)
+        before = s.state
     gaps = [b - a for a, b in itertools.pairwise(looks)]
     assert len(looks) >= 3 and gaps == sorted(gaps) and gaps[-1] > gaps[0]
 
 
-def test_beside_the_drafter_the_costs_measured_together_decide(
+def test_rounds_without_model_drafts_count_at_the_cost_ratio_of_the_two_ways(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Timed alone at start, a drafter looks worth its cores; running together, the two
-    models slow each other down, and what the passes and steps then take is what counts."""
-    s, main, worker, learnt = make_share(monkeypatch, BOUND_ALONE, BOUND_SPLIT, BOUND_STEP)
-    drafted(learnt, 200, accepted=2, of=4)
-    s.costs = CostModel(dict(BOUND_SPLIT))
-    s.observe(WINDOW)
-    assert s.state == SPLIT
-    s.costs.reset({n: 2.5 * t for n, t in BOUND_SPLIT.items()})  # passes slowed down
-    worker.guess_seconds = 0.1  # and the drafter's steps
-    s.observe(WINDOW)
-    assert (s.state, main.n_threads, worker.held) == (ALONE, 4, True)
+    """A lookup's rounds beside the drafter would run faster alone, by the ratio of the
+    two ways' passes: a drafter that is never verified costs that ratio, and rests."""
+    s, _, _ = make_share(monkeypatch, BOUND_ALONE, BOUND_SPLIT, BOUND_STEP)
+    passes(s, 4, BOUND_SPLIT[4], "ngram", WINDOW // 4 + 1)
+    assert s.state == ALONE  # BOUND_SPLIT's passes are 1.25x BOUND_ALONE's
+    expected = s.sharing().expected
+    assert expected[ALONE] / expected[SPLIT] == pytest.approx(1.25, rel=0.01)

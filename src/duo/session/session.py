@@ -25,7 +25,7 @@ policy; all share the measured cost of a pass.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from duo.core.choice import Chooser, Longest, PerSource
@@ -112,7 +112,6 @@ class Session:
                         split=models.threads,
                         alone=models.threads_alone,
                         draft_max=spec.draft_max,
-                        learnt=self._learnt,
                     )
                 self.local = _local_drafter(self.draft, spec, slots)
                 if self.share is not None and isinstance(self.local, ThreadDrafts):
@@ -178,7 +177,7 @@ class Session:
         with pinned(self.spec.main_cores):
             for r in run(g.main, g, stats.add_prefill):
                 stats.add(r)
-                self.after_round(len(r.tokens))
+                self.after_pass([r])
                 yield r
         stats.add_received(g.received())
 
@@ -189,11 +188,12 @@ class Session:
         drafter = self.draft.n_threads if self.draft is not None else 0
         return Sharing(FIXED, self.main.n_threads, drafter)
 
-    def after_round(self, emitted: int) -> None:
-        """Every round's emitted tokens, on the generation thread: the sharing of the
-        cores is looked at again now and then (duo.session.share)."""
+    def after_pass(self, rounds: Sequence[Round]) -> None:
+        """Every pass of the main model's rounds (a slot each), on the generation thread:
+        the sharing of the cores is weighed, and looked at again now and then
+        (duo.session.share)."""
         if self.share is not None:
-            self.share.observe(emitted)
+            self.share.observe(rounds)
 
     def run(
         self,

@@ -3,17 +3,25 @@
 With no placement flags (duo.session.threads), a model drafter that runs beside the main
 model on the CPU takes some of its cores. Whether it earns them depends on the machine
 and the pair (duo.core.sharing): on a 2-core CPU a drafter half as costly as its main
-model never does; on a big machine, or with a main model on a GPU, it can. So at start
-the main model's passes are timed on both thread counts, and the draft model's step on
-its own (a few seconds, cached per model file, machine and thread count in
-$DUO_HOME/costs), and the better way is taken at a prior acceptance. Then, every
-`WINDOW` tokens, the choice is made again with the acceptance the drafter's drafts have
-shown, and switched when the other way is clearly better. While the main model has every
-core, the drafter is held (it decodes nothing, and catches up when released); now and
-then, at growing intervals, it is given its cores again to see whether its drafts pay
-now, when they could.
+model never does; on a big machine, or with a main model on a GPU, it can.
 
-A switch changes the main model's thread count between two rounds, never the numbers:
+At start, the main model's passes are timed on both thread counts and the draft model's
+step on its own (a few seconds, cached per model file, machine and thread count in
+$DUO_HOME/costs). If the drafter could pay at a good acceptance (duo.core.sharing), it
+drafts beside the main model; if even then it could not, it rests for good. Then:
+
+- Beside the drafter, every pass is weighed against what the main model alone on every
+  core would have taken for the same tokens: the passes without a model draft as they
+  were, at the single-token cost ratio of the two ways; the tokens of a model draft's
+  round one pass each. That is measured, not modelled: the slowdown of two models
+  running together, drafts that were not ready, the policy's choices are all in it.
+  Every `WINDOW` tokens, if the main model alone would have been clearly faster, the
+  drafter rests.
+- While it rests (held: it decodes nothing, and catches up when released), the main model
+  has every core. Now and then, at intervals that double each time a look shows no gain,
+  the drafter gets its cores back for a window.
+
+A switch changes the main model's thread count between two passes, never the numbers:
 llama.cpp gives each row of a matrix product to one thread, so the output is the same.
 """
 
@@ -24,11 +32,13 @@ import json
 import logging
 import os
 import platform
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from duo.core.policy import CostModel, StreakAcceptance
-from duo.core.sharing import ALONE, SPLIT, Estimate, estimate
+from duo.core.engine import Round
+from duo.core.policy import CostModel
+from duo.core.sharing import ALONE, MARGIN, SPLIT, Estimate, estimate
 from duo.drafting.drafter import DraftWorker
 from duo.llama.backend import Model
 from duo.llama.calibrate import calibrate
@@ -37,14 +47,11 @@ from duo.llama.models import duo_home
 log = logging.getLogger(__name__)
 
 WINDOW = 256  # tokens emitted between two looks at the choice
-PRIOR = 0.7  # acceptance of a drafter not yet seen, counted as PRIOR_WEIGHT tokens
-PRIOR_WEIGHT = 16
-HOPE = 0.85  # the acceptance a held drafter would need for a look worth its cost
-FIRST_LOOK = 8  # windows before a held drafter is first given its cores again
+HOPE = 0.85  # the acceptance at which a drafter that could pay is worth a try
+FIRST_LOOK = 4  # windows before a resting drafter is first given its cores again
 LAST_LOOK = 128  # the longest wait, in windows, the waits doubling
-SIZES = (1, 2, 3, 5, 9, 17)  # batch sizes timed for the choice (the rest interpolated)
-
-
+SIZES = (1, 2, 3, 5, 9, 17)  # batch sizes timed at start (the rest interpolated)
+MODEL = "model"  # the in-process drafter's source name
 FIXED = "fixed"  # a Sharing's way when the flags (or no drafter) decide
 
 
@@ -55,9 +62,12 @@ class Sharing:
     way: str  # ALONE, SPLIT, or FIXED
     main_threads: int
     draft_threads: int  # the in-process drafter's (0: none)
-    # expected tokens per second each way, at the acceptance seen so far (measured only)
+    # tokens per second each way: measured beside the drafter over its last window, with
+    # what the main model alone would have made of it; before that, from the costs timed
+    # at start, beside a drafter right HOPE of the time
     expected: dict[str, float] = field(default_factory=dict)
     switches: int = 0
+    measured: bool = False
 
     def describe(self) -> str:
         main = f"main model on {self.main_threads} thread{'s' * (self.main_threads > 1)}"
@@ -69,10 +79,12 @@ class Sharing:
             drafter = f"the draft model on {self.draft_threads}"
         if not self.expected:
             return f"{main}, {drafter}"
+        alone, split = self.expected[ALONE], self.expected[SPLIT]
+        if self.measured:
+            return f"{main}, {drafter} (measured: {alone:.1f} tok/s alone, {split:.1f} beside it)"
         return (
-            f"{main}, {drafter} (measured: {self.expected[ALONE]:.1f} tok/s alone, "
-            f"{self.expected[SPLIT]:.1f} beside the drafter at acceptance "
-            f"{self.expected['acceptance']:.2f})"
+            f"{main}, {drafter} (timed: {alone:.1f} tok/s alone, {split:.1f} beside a "
+            f"drafter right {HOPE:.0%} of the time)"
         )
 
 
@@ -88,14 +100,12 @@ class CoreShare:
         split: int,
         alone: int,
         draft_max: int,
-        learnt: dict[str, StreakAcceptance],
     ) -> None:
         self.main = main
         self.draft_threads = draft.n_threads
         self.split = split
         self.alone = alone
         self.draft_max = draft_max
-        self.learnt = learnt  # the policies' acceptance by source (the drafter's: "model")
         sizes = [n for n in SIZES if n <= draft_max + 1] or [1]
         self.tables = {
             SPLIT: _timed(main, split, sizes, all_logits=True),
@@ -103,75 +113,75 @@ class CoreShare:
         }
         self.step = _timed(draft, draft.n_threads, [1], all_logits=False)[1]
         self.state = ALONE
-        self.last = self.estimate(PRIOR)
+        self.hope = self._estimate(HOPE)
+        self.expected = {ALONE: self.hope.alone, SPLIT: self.hope.split}
+        self.measured = False
         self.worker: DraftWorker | None = None
         self.costs: CostModel | None = None  # the policies' cost model, once made
         self.switches = 0
         self._emitted = 0
         self._next = WINDOW
-        self._wait = FIRST_LOOK  # windows until a held drafter's next look
+        self._wait = FIRST_LOOK  # windows until a resting drafter's next look
         self._look_at = -1  # when that look is due (tokens emitted; -1: none)
-        self._looking = False
+        self._seconds = {SPLIT: 0.0, ALONE: 0.0}  # this window's passes, and alone's
+        self._tokens = 0  # this window's, beside the drafter
 
-    # -- the choice ------------------------------------------------------------------
-
-    def estimate(self, acceptance: float) -> Estimate:
-        """Both ways' tokens per second. Beside the drafter, the two models slow each other
-        down (shared caches and memory bandwidth): while they run together, the passes and
-        steps as measured then are used, not the ones timed alone at start."""
+    def _estimate(self, acceptance: float) -> Estimate:
+        """Both ways' tokens per second by the costs timed at start (duo.core.sharing)."""
         alone, split = (CostModel(self.tables[s]) for s in (ALONE, SPLIT))
-        step = self.step
-        if self.state == SPLIT:
-            if self.costs is not None:
-                split = self.costs
-            if self.worker is not None and self.worker.guess_seconds is not None:
-                step = self.worker.guess_seconds
-        return estimate(alone, split, step, acceptance, self.draft_max)
-
-    def acceptance(self) -> float:
-        """The drafter's acceptance so far, with the prior counted as a few tokens."""
-        learnt = self.learnt.get("model")
-        tested = accepted = 0
-        if learnt is not None:
-            for table in (learnt.after_whole, learnt.after_rejection):
-                tested += sum(table.tested)
-                accepted += sum(table.accepted)
-        return (accepted + PRIOR * PRIOR_WEIGHT) / (tested + PRIOR_WEIGHT)
+        return estimate(alone, split, self.step, acceptance, self.draft_max)
 
     def start(self, worker: DraftWorker) -> None:
-        """Take the better way at the prior acceptance."""
-        self._take(self.last.better(ALONE))
+        """Try the drafter if it could pay."""
+        self._take(self.hope.better(ALONE))
         self.worker = worker
         worker.hold(self.state == ALONE)
-        if self.state == ALONE:
-            self._plan_look()
 
-    def observe(self, emitted: int) -> None:
-        """After a round (on the generation thread): look at the choice every WINDOW
-        tokens."""
-        self._emitted += emitted
-        if self._emitted < self._next:
+    # -- after every pass ------------------------------------------------------------
+
+    def observe(self, rounds: Sequence[Round]) -> None:
+        """One pass of the main model (on the generation thread): its rounds, a slot each."""
+        if not rounds:
             return
-        self._next = self._emitted + WINDOW
-        self.last = self.estimate(self.acceptance())
-        choice = self.last.better(self.state)
-        if self.state == ALONE and choice == ALONE and 0 <= self._look_at <= self._emitted:
-            choice, self._looking = SPLIT, True  # a look: the drafter shows what it is worth
-        elif self.state == SPLIT and self._looking and choice == ALONE:
-            self._wait = min(2 * self._wait, LAST_LOOK)  # nothing gained: look less often
-        if choice != self.state:
-            self._take(choice)
-            if choice == ALONE:
+        if self.state == SPLIT:
+            self._weigh(rounds)
+        self._emitted += sum(len(r.tokens) for r in rounds)
+        if self._emitted >= self._next:
+            self._next = self._emitted + WINDOW
+            self._choose()
+
+    def _weigh(self, rounds: Sequence[Round]) -> None:
+        """What the pass took, and what the main model alone on every core would have
+        taken for the same tokens."""
+        seconds = max(r.seconds for r in rounds)  # one pass: every round's wall time
+        alone = CostModel(self.tables[ALONE])
+        split = self.costs or CostModel(self.tables[SPLIT])
+        k = len(rounds)
+        share = alone.cost(k) / k  # a slot's share of a pass of one token per slot
+        drafted = [r for r in rounds if r.source == MODEL]
+        others = (k - len(drafted)) / k * seconds * alone.cost(1) / split.cost(1)
+        self._seconds[SPLIT] += seconds
+        self._seconds[ALONE] += others + sum(len(r.tokens) for r in drafted) * share
+        self._tokens += sum(len(r.tokens) for r in rounds)
+
+    def _choose(self) -> None:
+        if self.state == SPLIT:
+            split, alone = self._seconds[SPLIT], self._seconds[ALONE]
+            if split > 0 and alone > 0:
+                self.expected = {ALONE: self._tokens / alone, SPLIT: self._tokens / split}
+                self.measured = True
+            self._seconds, self._tokens = {SPLIT: 0.0, ALONE: 0.0}, 0
+            if split > MARGIN * alone:  # the drafter costs more than it brings
+                self._take(ALONE)
                 self._plan_look()
-            else:
-                self._look_at = -1
-        self._looking = self._looking and self.state == SPLIT
+                self._wait = min(2 * self._wait, LAST_LOOK)
+        elif 0 <= self._look_at <= self._emitted:  # a look: what is the drafter worth now?
+            self._take(SPLIT)
+            self._look_at = -1
 
     def _plan_look(self) -> None:
-        """A held drafter gets its cores back for a window now and then, if it could pay
-        at a good acceptance: never on a machine where even then it could not."""
-        hopeful = self.estimate(HOPE).better(ALONE) == SPLIT
-        self._look_at = self._emitted + self._wait * WINDOW if hopeful else -1
+        """A resting drafter gets its cores back for a window now and then."""
+        self._look_at = self._emitted + self._wait * WINDOW
 
     def _take(self, state: str) -> None:
         if self.costs is not None:  # what the passes have shown goes with the old way
@@ -187,9 +197,14 @@ class CoreShare:
             log.info("placement: %s", self.sharing().describe())
 
     def sharing(self) -> Sharing:
-        expected = {ALONE: self.last.alone, SPLIT: self.last.split}
-        expected["acceptance"] = self.acceptance()
-        return Sharing(self.state, self.main.n_threads, self.draft_threads, expected, self.switches)
+        return Sharing(
+            self.state,
+            self.main.n_threads,
+            self.draft_threads,
+            dict(self.expected),
+            self.switches,
+            self.measured,
+        )
 
 
 def _timed(model: Model, threads: int, sizes: list[int], all_logits: bool) -> dict[int, float]:

@@ -273,6 +273,7 @@ class Engine:
             for running in everyone:
                 self._end(running, e)
             return
+        self.session.after_pass([r for r in results if isinstance(r, Round)])
         for running, piece in feeding:
             del running.prompt[: len(piece)]
             if not running.prompt:
@@ -298,7 +299,6 @@ class Engine:
 
     def _advance(self, running: Running, r: Round) -> None:
         running.stats.add(r)
-        self.session.after_round(len(r.tokens))
         chunk = running.text.feed(r)
         if self._show:
             self._show(running.slot, chunk)
