@@ -349,6 +349,39 @@ def test_grammars_too_deep_for_llama_cpp_are_refused_before_it_parses_them(model
     grammar.close()
 
 
+def test_schema_grammars_load_in_llama_cpp(model: Model) -> None:
+    """llama.cpp's own converter cases that duo turns into a grammar, and schemas with
+    $refs (through $defs, definitions, the root, recursive): each grammar parses in
+    llama.cpp (but for the cases the fixture says it cannot: a 400 when asked for); a
+    recursive one takes a tree of any depth and nothing else."""
+    from tests.unit.test_schema_refs import CASES, RESOLVED, schema_gbnf
+
+    parses = [c["schema"] for c in CASES if c["duo"] == "grammar"]
+    for schema in [*parses, *(schema for schema, _, _ in RESOLVED.values())]:
+        gbnf = schema_gbnf(schema)
+        assert gbnf is not None
+        Grammar(model, gbnf).close()  # UsageError if llama.cpp cannot parse it
+    for case in (c for c in CASES if c["duo"] == "unparsable"):
+        with pytest.raises(UsageError, match="the grammar does not parse"):
+            Grammar(model, schema_gbnf(case["schema"]) or "")
+
+    def takes(gbnf: str, text: str) -> bool:
+        grammar = Grammar(model, gbnf)
+        try:
+            for token in model.vocab.tokenize(text, add_special=False):
+                if not grammar.allows(token):
+                    return False
+                grammar.accept(token)
+            return True
+        finally:
+            grammar.close()
+
+    tree = schema_gbnf(RESOLVED["a tree, through the root"][0])
+    assert tree is not None
+    assert takes(tree, '{"kids": [{"kids": [{"kids": []}]}, {"kids": []}]}')
+    assert not takes(tree, '{"kids": [{"kids": [1')
+
+
 @pytest.mark.parametrize(
     "bad",
     [

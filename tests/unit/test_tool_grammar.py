@@ -70,10 +70,13 @@ def test_call_schema_moves_local_refs_to_its_own_defs_and_leaves_the_tool_alone(
     assert BOOKING["function"]["parameters"]["properties"]["guest"] == {  # type: ignore[index]
         "$ref": "#/$defs/Guest"
     }
-    # A recursive schema: "#" is the arguments themselves.
+    # A recursive schema: "#" is the arguments themselves, moved to $defs.
     tree = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}}}
     schema = call_schema({"type": "function", "function": {"name": "t", "parameters": tree}})
-    assert schema["$defs"]["tool0-ref0"] == schema["properties"]["arguments"]
+    assert schema["properties"]["arguments"] == {"$ref": "#/$defs/tool0-ref0"}
+    assert schema["$defs"]["tool0-ref0"]["properties"]["kids"]["items"] == {
+        "$ref": "#/$defs/tool0-ref0"
+    }
     jsonschema.validate({"name": "t", "arguments": {"kids": [{"kids": []}]}}, schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"name": "t", "arguments": {"kids": [{"kids": 1}]}}, schema)

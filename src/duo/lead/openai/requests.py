@@ -28,6 +28,7 @@ from duo.core.logprobs import MAX_TOP_LOGPROBS
 from duo.core.sampling import SamplingParams
 from duo.errors import DuoError, UsageError
 from duo.lead.openai.body import Fields, filled
+from duo.lead.schema_refs import resolve_refs
 from duo.llama.grammar import JSON_OBJECT, json_schema_gbnf
 
 _D = SamplingParams()  # the defaults, llama.cpp server's
@@ -87,9 +88,11 @@ class ResponseFormat(Fields, kw_only=True):
         if self.type == "text":
             return None
         if self.type == "json_object":
-            return JSON_OBJECT if self.schema is None else json_schema_gbnf(self.schema)
+            return (
+                JSON_OBJECT if self.schema is None else json_schema_gbnf(resolve_refs(self.schema))
+            )
         schema = self.json_schema.schema if self.json_schema is not None else None
-        return json_schema_gbnf({} if schema is None else schema)
+        return json_schema_gbnf({} if schema is None else resolve_refs(schema))
 
 
 class Sampling(Fields, kw_only=True):

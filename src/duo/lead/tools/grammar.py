@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from duo.errors import UsageError
+from duo.lead.schema_refs import hoisted
 from duo.lead.tools.calls import CLOSE, OPEN
 from duo.llama.grammar import json_schema_rules, unenforced
 
@@ -27,48 +28,23 @@ def call_schema(tool: dict[str, Any], index: int = 0) -> dict[str, Any]:
     """The JSON schema of a call to `tool` (a checked entry of `tools`, the `index`th).
 
     Each local $ref in its parameters points into the call schema's own `$defs`, under a
-    key unique to this tool and ref: llama.cpp's converter names a ref's rule after the
-    last part of its path, so two tools' `#/$defs/Item` would otherwise share one rule."""
+    key unique to this tool and ref (duo.lead.schema_refs): llama.cpp's converter names a
+    ref's rule after the last part of its path, so two tools' `#/$defs/Item` would
+    otherwise share one rule."""
     function = tool["function"]
     parameters = function.get("parameters") or {"type": "object"}
-    refs: dict[str, str] = {}  # each local $ref in the parameters -> its key in $defs
-    arguments = _rewritten(parameters, refs, index)
+    try:
+        arguments, defs = hoisted(parameters, prefix=f"tool{index}-")
+    except UsageError as e:
+        raise UsageError(f"{function['name']!r}: {e}") from None
     schema: dict[str, Any] = {
         "type": "object",
         "properties": {"name": {"const": function["name"]}, "arguments": arguments},
         "required": ["name", "arguments"],
     }
-    if refs:
-        schema["$defs"] = {key: _target(arguments, ref) for ref, key in refs.items()}
+    if defs:
+        schema["$defs"] = defs
     return schema
-
-
-def _rewritten(schema: Any, refs: dict[str, str], index: int) -> Any:
-    """`schema` with each local $ref ("#" or "#/...") made "#/$defs/<its key in refs>"."""
-    if isinstance(schema, list):
-        return [_rewritten(s, refs, index) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: _rewritten(v, refs, index) for k, v in schema.items()}
-    ref = schema.get("$ref")
-    if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
-        key = refs.setdefault(ref, f"tool{index}-ref{len(refs)}")
-        out["$ref"] = f"#/$defs/{key}"
-    return out
-
-
-def _target(schema: Any, ref: str) -> Any:
-    """The part of `schema` a local $ref points at (a JSON pointer)."""
-    target = schema
-    for part in ref[2:].split("/") if ref != "#" else []:
-        part = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(target, dict) and part in target:
-            target = target[part]
-        elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
-            target = target[int(part)]
-        else:
-            raise UsageError(f"'$ref' {ref[:200]!r} in the tools' parameters points at nothing")
-    return target
 
 
 def tool_call_gbnf(tools: list[dict[str, Any]], tags: bool, several: bool = False) -> str:
