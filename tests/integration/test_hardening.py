@@ -265,8 +265,12 @@ def test_prompts_are_rendered_and_tokenized_off_the_event_loop(pair: tuple[Path,
 # -- 2. abandoned requests -----------------------------------------------------------------
 
 
+CANCELLED = 'duo_requests_ended_total{reason="cancelled"}'
+
+
 def test_an_abandoned_running_request_stops(lead: str) -> None:
     requests = metric(lead, "duo_requests_total")
+    cancelled = metric(lead, CANCELLED)
     tokens = metric(lead, "duo_tokens_generated_total")
     decode = metric(lead, "duo_decode_seconds_total")
     sock = post_and_leave(
@@ -279,6 +283,7 @@ def test_an_abandoned_running_request_stops(lead: str) -> None:
     ttft, generated = time_to_first_token(lead, "a, b, c,", 4, timeout=300)
     first_tokens = metric(lead, "duo_tokens_generated_total") - tokens - generated
     assert metric(lead, "duo_requests_total") - requests == 2
+    assert metric(lead, CANCELLED) - cancelled == 1  # cancelled, not cut at max_tokens
     # Started (counted as a request), then stopped early: maybe before its first round.
     assert first_tokens < LONG / 2, f"the abandoned request generated {first_tokens} tokens"
     # It was cut short: the next client waited far less than the abandoned request needed.

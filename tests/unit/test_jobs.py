@@ -68,7 +68,10 @@ class FakeSession:
     def costs(self) -> Any:  # a prompt is read whole beside the others' rounds
         return SimpleNamespace(room=lambda decoding, stretch, most, admitted: most)
 
-    def after_round(self, emitted: int) -> None:
+    def after_round(self, emitted: int) -> None:  # the cores' sharing, looked at again
+        pass
+
+    def after_pass(self, rounds: Sequence[Any]) -> None:  # the same, a pass at a time
         pass
 
     def generation(
