@@ -150,3 +150,20 @@ def test_rounds_without_model_drafts_count_at_the_cost_ratio_of_the_two_ways(
     assert s.state == ALONE  # BOUND_SPLIT's passes are 1.25x BOUND_ALONE's
     expected = s.sharing().expected
     assert expected[ALONE] / expected[SPLIT] == pytest.approx(1.25, rel=0.01)
+
+
+# SmolLM2-135M F16 main and Q3_K_M draft, timed on this project's 2-vCPU host (ms by batch):
+# at a typical acceptance a tie, at a good one the drafter would pay.
+SMOL_ALONE = {1: 0.0075, 2: 0.0119, 3: 0.0125, 5: 0.0138, 9: 0.0180}
+SMOL_SPLIT = {1: 0.0104, 2: 0.0170, 3: 0.0178, 5: 0.0208, 9: 0.0305}
+
+
+def test_a_drafter_that_might_pay_rests_first_and_gets_a_look_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s, main, worker = make_share(monkeypatch, SMOL_ALONE, SMOL_SPLIT, 0.0046)
+    assert (s.state, main.n_threads, worker.held) == (ALONE, 4, True)
+    passes(s, 1, SMOL_ALONE[1], None, (FIRST_LOOK - 1) * WINDOW)
+    assert s.state == ALONE
+    passes(s, 1, SMOL_ALONE[1], None, WINDOW)
+    assert (s.state, main.n_threads, worker.held) == (SPLIT, 3, False)

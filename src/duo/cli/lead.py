@@ -131,9 +131,7 @@ def cmd_lead(args: argparse.Namespace) -> int:
         return supervise_lead(args, tls)
     spec = spec_config(args)
     remote_draft = args.rpcd is not None  # drafted by a back of the lead's own
-    models = model_config(
-        args, need_draft=args.model_draft is not None or remote_draft, spec=spec
-    )
+    models = model_config(args, need_draft=args.model_draft is not None or remote_draft, spec=spec)
     if remote_draft:
         if models.draft is None:
             raise UsageError("--rpcd needs a draft model (-md) to put on its rpc-servers")

@@ -7,8 +7,9 @@ model never does; on a big machine, or with a main model on a GPU, it can.
 
 At start, the main model's passes are timed on both thread counts and the draft model's
 step on its own (a few seconds, cached per model file, machine and thread count in
-$DUO_HOME/costs). If the drafter could pay at a good acceptance (duo.core.sharing), it
-drafts beside the main model; if even then it could not, it rests for good. Then:
+$DUO_HOME/costs). The drafter drafts beside the main model if, by those costs, it would
+pay at a typical acceptance (duo.core.sharing); else it rests, for good if even at a good
+acceptance it could not pay. Then:
 
 - Beside the drafter, every pass is weighed against what the main model alone on every
   core would have taken for the same tokens: the passes without a model draft as they
@@ -19,7 +20,7 @@ drafts beside the main model; if even then it could not, it rests for good. Then
   drafter rests.
 - While it rests (held: it decodes nothing, and catches up when released), the main model
   has every core. Now and then, at intervals that double each time a look shows no gain,
-  the drafter gets its cores back for a window.
+  the drafter gets its cores back for a window, if it could pay at a good acceptance.
 
 A switch changes the main model's thread count between two passes, never the numbers:
 llama.cpp gives each row of a matrix product to one thread, so the output is the same.
@@ -47,8 +48,9 @@ from duo.llama.models import duo_home
 log = logging.getLogger(__name__)
 
 WINDOW = 256  # tokens emitted between two looks at the choice
-HOPE = 0.85  # the acceptance at which a drafter that could pay is worth a try
-FIRST_LOOK = 4  # windows before a resting drafter is first given its cores again
+PRIOR = 0.7  # a drafter's acceptance before it is measured
+HOPE = 0.85  # the acceptance a resting drafter must be able to pay at for a look
+FIRST_LOOK = 8  # windows before a resting drafter is first given its cores again
 LAST_LOOK = 128  # the longest wait, in windows, the waits doubling
 SIZES = (1, 2, 3, 5, 9, 17)  # batch sizes timed at start (the rest interpolated)
 MODEL = "model"  # the in-process drafter's source name
@@ -132,10 +134,12 @@ class CoreShare:
         return estimate(alone, split, self.step, acceptance, self.draft_max)
 
     def start(self, worker: DraftWorker) -> None:
-        """Try the drafter if it could pay."""
-        self._take(self.hope.better(ALONE))
+        """The better way at a typical acceptance."""
+        self._take(self._estimate(PRIOR).better(ALONE))
         self.worker = worker
         worker.hold(self.state == ALONE)
+        if self.state == ALONE:
+            self._plan_look()
 
     # -- after every pass ------------------------------------------------------------
 
@@ -180,8 +184,10 @@ class CoreShare:
             self._look_at = -1
 
     def _plan_look(self) -> None:
-        """A resting drafter gets its cores back for a window now and then."""
-        self._look_at = self._emitted + self._wait * WINDOW
+        """A resting drafter gets its cores back for a window now and then, if it could
+        pay at a good acceptance: never on a machine where even then it could not."""
+        hopeful = self.hope.better(ALONE) == SPLIT
+        self._look_at = self._emitted + self._wait * WINDOW if hopeful else -1
 
     def _take(self, state: str) -> None:
         if self.costs is not None:  # what the passes have shown goes with the old way
