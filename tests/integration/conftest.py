@@ -18,6 +18,13 @@ import pytest
 from duo.llama.models import get_pair, prepare
 
 
+# `make test` runs a worker per core, each starting leads and backs of its own: each of
+# those processes takes one thread, not every core as duo gives by default (a process per
+# core spinning on more threads than the machine has slows every test down). The default
+# placement is tested in process (test_sharing, test_coder15) and measured by `duo bench`.
+os.environ.setdefault("DUO_ARG_THREADS", "1")
+
+
 @pytest.fixture(scope="session")
 def pair() -> tuple[Path, Path]:
     """(main, draft) paths of the default smollm2 pair, prepared once."""

@@ -15,6 +15,7 @@ from duo.cli.values import non_negative, positive
 from duo.errors import CertificateError, Refused, UsageError, exit_code
 from duo.llama.rpc import device_list, setup_rpc
 from duo.session.config import parse_pin
+from duo.session.threads import math_cores
 
 BACK_KEY_ENV = (auth.DRAFTER_KEY_ENV, auth.API_KEY_ENV)  # a back's key, when no flag gives it
 
@@ -27,7 +28,12 @@ def add_back_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     back.add_argument(
         "--lead", default="http://127.0.0.1:5555", help="the lead's URL (default %(default)s)"
     )
-    back.add_argument("-t", "--threads", type=positive, default=1, help="threads")
+    back.add_argument(
+        "-t",
+        "--threads",
+        type=positive,
+        help="threads (default: the physical cores, as llama.cpp counts them)",
+    )
     back.add_argument(
         "-ngl",
         "--n-gpu-layers",
@@ -83,7 +89,7 @@ def cmd_back(args: argparse.Namespace) -> int:
     model = Model(
         path,
         n_ctx=args.ctx_size,
-        n_threads=args.threads,
+        n_threads=args.threads or (len(cores) if cores else math_cores()),
         n_gpu_layers=layers,
         devices=device_list(placement.draft),
         n_seq=args.parallel,

@@ -30,6 +30,7 @@ from duo.drafting.client import VerifierClient, drafted
 from duo.errors import UsageError
 from duo.llama.backend import Model
 from duo.session.config import resolve_models
+from duo.session.threads import math_cores
 
 
 def cmd_draft(args: argparse.Namespace) -> int:
@@ -46,7 +47,7 @@ def cmd_draft(args: argparse.Namespace) -> int:
         sampling["seed"] = args.seed
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     with (
-        Model(path, n_ctx=args.ctx_size, n_threads=args.threads) as model,
+        Model(path, n_ctx=args.ctx_size, n_threads=args.threads or math_cores()) as model,
         httpx.Client(
             base_url=args.server, headers=headers, timeout=TIMEOUT, verify=tls or True
         ) as client,
@@ -89,7 +90,12 @@ def add_draft_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("--temp", type=float, default=0.0, help="the lead's temperature (0: greedy)")
     p.add_argument("--seed", type=int, help="the lead's sampling seed")
     p.add_argument("--session", help="the session's name on the lead (default: 'default')")
-    p.add_argument("-t", "--threads", type=positive, default=1, help="draft model threads")
+    p.add_argument(
+        "-t",
+        "--threads",
+        type=positive,
+        help="draft model threads (default: the physical cores, as llama.cpp counts them)",
+    )
     p.add_argument(
         "-c",
         "--ctx-size",
