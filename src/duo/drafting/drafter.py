@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -151,9 +150,6 @@ class DraftWorker:
         self._begun = 0
         self._stopped = False
         self._held = False
-        # Seconds a pass of one guess per generation takes, as measured while drafting
-        # (other work on the machine included), smoothed; None until one is timed.
-        self.guess_seconds: float | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> DraftWorker:
@@ -262,7 +258,6 @@ class DraftWorker:
         A draft is published whenever it grew or the committed tokens moved (a new
         generation may find its whole draft already in the mirror, e.g. a repeated prompt).
         """
-        t0 = time.perf_counter()
         branching = [(t, self._branch_steps(t, committed)) for t, _, committed, _ in work]
         planned = [(t, t.mirror.plan(committed, self.max_ahead)) for t, _, committed, _ in work]
         together = [(t, tokens) for t, tokens in planned if 0 < len(tokens) <= BATCHED]
@@ -281,10 +276,6 @@ class DraftWorker:
             alone += together
         for t, tokens in alone:
             self._took(t, t.mirror.model.decode(tokens, all_logits=False)[-1])
-        if planned and all(len(tokens) == 1 for _, tokens in planned) and not steps:
-            seconds = time.perf_counter() - t0  # a pass of guesses only
-            old = self.guess_seconds
-            self.guess_seconds = seconds if old is None else old + 0.1 * (seconds - old)
         for (t, key, committed, changed), (_, tokens), (_, chosen) in zip(
             work, planned, branching, strict=True
         ):
