@@ -17,7 +17,6 @@ import pytest
 
 from duo.llama.models import get_pair, prepare
 
-
 # `make test` runs a worker per core, each starting leads and backs of its own: each of
 # those processes takes one thread, not every core as duo gives by default (a process per
 # core spinning on more threads than the machine has slows every test down). The default
