@@ -484,7 +484,7 @@ def app_with_the_page(lead: ScriptedLead) -> Any:
     """The app as duo lead serves it: the API and the web page's routes."""
     feed = Feed(Backs(), dict, dict, int)
     api = Api(lead, None, None, lambda h: True, 1 << 20)  # type: ignore[arg-type]
-    return api.app(Web(feed, lambda h: True).routes())
+    return api.app(Web(feed).operations())
 
 
 def get_document(lead: ScriptedLead) -> dict[str, Any]:
@@ -512,6 +512,42 @@ def test_openapi_document_is_valid_and_covers_every_route() -> None:
     described = {(path, method) for path, ops in schema["paths"].items() for method in ops}
     assert served == described
     assert {"/", "/ui/{name}", "/v1/duo/events", "/health", "/metrics"} <= set(schema["paths"])
+
+
+def test_each_operation_asks_for_the_key_the_document_says() -> None:
+    """The route table makes the routes and the document both: an operation the document
+    marks public (security []) answers without a key, every other one is a 401 without."""
+    lead = ScriptedLead()
+    schema = get_document(lead)
+    feed = Feed(Backs(), dict, dict, int)
+    api = Api(lead, None, None, lambda h: h == "Bearer k", 1 << 20)  # type: ignore[arg-type]
+    table = [*api.operations(), *Web(feed).operations()]
+    assert len({(op.path, op.method) for op in table}) == len(table)  # each once
+    app = api.app(Web(feed).operations())
+
+    async def go() -> dict[tuple[str, str], int]:
+        transport = httpx.ASGITransport(app=app)
+        statuses = {}
+        async with httpx.AsyncClient(transport=transport, base_url="http://lead") as c:
+            for path, ops in schema["paths"].items():
+                for method, op in ops.items():
+                    if "101" in op["responses"]:  # the drafter channel: a WebSocket
+                        continue
+                    url = path.replace("{name}", "app.js")
+                    r = await c.request(method, url, json={} if method == "post" else None)
+                    statuses[path, method] = r.status_code
+        return statuses
+
+    statuses = run(go())
+    public = {
+        (path, method)
+        for path, ops in schema["paths"].items()
+        for method, op in ops.items()
+        if op.get("security") == []
+    }
+    assert public == {("/health", "get"), ("/", "get"), ("/ui/{name}", "get")}
+    for where, status in statuses.items():
+        assert (status != 401) == (where in public), (where, status)
 
 
 BODIES = {  # a valid request to each POST route, and the schema its body is decoded as

@@ -23,6 +23,7 @@ from duo.errors import DuoError
 from duo.lead.engine.events import Delta, deltas
 from duo.lead.openai.format import duo_error_response
 from duo.lead.openai.origin import Origin
+from duo.lead.routes import starlette_routes
 from duo.lead.web.feed import Feed, Rates
 from duo.lead.web.page import CSP, Web, asset
 
@@ -185,9 +186,10 @@ def test_no_script_parses_html() -> None:
 
 
 def get(path: str, keys: tuple[str, ...] = ()) -> httpx.Response:
-    web = Web(make_feed(Backs()), Keys(api=keys).allows_api)
+    web = Web(make_feed(Backs()))
     handlers = {DuoError: lambda request, e: duo_error_response(e)}
-    app = Starlette(routes=web.routes(), exception_handlers=handlers)  # type: ignore[dict-item]
+    routes = starlette_routes(web.operations(), Keys(api=keys).allows_api, max_body=0)
+    app = Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[dict-item]
 
     async def fetch() -> httpx.Response:
         transport = httpx.ASGITransport(app=app)

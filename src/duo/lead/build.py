@@ -64,8 +64,8 @@ def build_lead(
         raise
     feed = Feed(backs, lead.health, lambda: metrics.total.by_source, lambda: metrics.requests)
     metrics.listeners.append(feed.finished)
-    web = Web(feed, keys.allows_api)
+    web = Web(feed)
     reasoning = cast(Format, config.reasoning_format)
     api = Api(lead, metrics, drafters, keys.allows_api, config.max_body, reasoning)
-    app = api.app(web.routes(), cors_origins=config.cors_origins)
+    app = api.app(web.operations(), cors_origins=config.cors_origins)
     return LeadService(lead, app, feed)

@@ -11,9 +11,11 @@
     POST /prefill, /verify; GET /stats
                                 seed 003's verifier, for drafter-driven clients
                                 (duo.lead.verifier.service)
-    GET  /openapi.json          the OpenAPI document of all of these (duo.lead.openai.openapi)
+    GET  /openapi.json          the OpenAPI document of all of these (duo.lead.openapi)
 
-plus the routes of the web page (duo.lead.web.page), which the composition root hands in.
+plus the web page's (duo.lead.web.page), which the composition root hands in. Each is an
+entry of one route table (duo.lead.routes), which both the app's routes and the document
+are made from.
 
 A request's path: its body is read under the size limit and decoded into its typed request
 (duo.lead.openai.body, the models in duo.lead.openai.requests and .chat), once; the handler
@@ -24,68 +26,43 @@ one per choice (duo.lead.openai.choices), and answers whole or streamed
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any
 
-import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from duo.channel import protocol
 from duo.channel.endpoint import DrafterEndpoint
-from duo.errors import AuthError, DuoError
-from duo.lead.engine.lead import Lead
+from duo.errors import DuoError
+from duo.lead.engine.lead import Health, Lead, SlotState
 from duo.lead.engine.metrics import Metrics
-from duo.lead.openai.body import decode, read_body
 from duo.lead.openai.chat import ChatRequest
 from duo.lead.openai.choices import choice_jobs
 from duo.lead.openai.delivery import respond
 from duo.lead.openai.extensions import Extensions
 from duo.lead.openai.format import duo_error_response, error_response
 from duo.lead.openai.logprobs import CompletionLogprobs, chat_logprobs
-from duo.lead.openai.openapi import openapi_schema
 from duo.lead.openai.prompts import Prompts
 from duo.lead.openai.reasoning import Format, opened_by
 from duo.lead.openai.replies import ChatReply, CompletionReply
-from duo.lead.openai.requests import CompletionRequest, DetokenizeRequest, TokenizeRequest
-from duo.lead.openai.responses import Model, Models
-from duo.lead.verifier.requests import PrefillRequest, VerifyRequest
+from duo.lead.openai.requests import CompletionRequest
+from duo.lead.openai.responses import ChatCompletion, ChatCompletionChunk, Completion, Model, Models
+from duo.lead.openapi import openapi_schema
+from duo.lead.routes import Answer, Operation, starlette_routes
 from duo.lead.verifier.service import Verifier
 
 log = logging.getLogger(__name__)
 
-R = TypeVar("R", bound=msgspec.Struct)
-Endpoint = Callable[[Request], Awaitable[Response]]
-Handler = Callable[[Request, R], Awaitable[Response]]  # a request and its decoded body
-
-
-def _guarded(endpoint: Endpoint) -> Endpoint:
-    """An unexpected exception becomes a 500 JSON answer here, on a connection that stays
-    open: past Starlette's ServerErrorMiddleware, uvicorn would drop the connection."""
-
-    @functools.wraps(endpoint)
-    async def guarded(request: Request) -> Response:
-        try:
-            return await endpoint(request)
-        except (DuoError, HTTPException):
-            raise
-        except ClientDisconnect:  # gone while sending the body
-            return Response(status_code=499)  # nobody is there to read it
-        except Exception:
-            log.exception("%s %s failed", request.method, request.url.path)
-            return error_response(500, "internal server error", kind="server_error")
-
-    return guarded
+STREAMED = "the whole answer, or with `stream` server-sent events"
 
 
 class Api:
@@ -108,30 +85,16 @@ class Api:
         self.prompts = Prompts(lead)
         self.extensions = Extensions(lead, self.prompts)
         self.verifier = Verifier(lead, self.prompts)
-        self.bodies: dict[str, type[msgspec.Struct]] = {}  # path -> its request's type
+        self._operations: list[Operation] = []  # what the app serves, for its document
         self._document: dict[str, Any] | None = None
 
-    def app(self, more: Sequence[BaseRoute] = (), cors_origins: Sequence[str] = ()) -> Starlette:
-        """The app: the API's routes, and `more` (the web page's); browsers on pages of
+    def app(self, more: Sequence[Operation] = (), cors_origins: Sequence[str] = ()) -> Starlette:
+        """The app: the API's operations, and `more` (the web page's); browsers on pages of
         `cors_origins` ("*": any) may call it (CORS: preflights answered, the headers
         set). Credentials mode is never allowed: keys go in the Authorization header."""
-        ext = self.extensions
-        routes = [
-            Route("/health", self.health),
-            self._get("/metrics", self.metrics),
-            self._get("/v1/models", self.models),
-            self._post("/v1/completions", CompletionRequest, self.completions),
-            self._post("/v1/chat/completions", ChatRequest, self.chat),
-            self._post("/tokenize", TokenizeRequest, ext.tokenize),
-            self._post("/detokenize", DetokenizeRequest, ext.detokenize),
-            self._post("/apply-template", ChatRequest, ext.apply_template),
-            self._get("/props", ext.props),
-            self._get("/slots", self.slots),
-            *self._verifier_routes(),
-            self._get("/openapi.json", self.openapi),
-            WebSocketRoute(protocol.PATH, self.drafter),
-            *more,
-        ]
+        self._operations = [*self.operations(), *more]
+        self._document = None
+        routes = starlette_routes(self._operations, self.authorize, self.max_body)
         handlers = {
             DuoError: self._duo_error,
             HTTPException: self._http_error,
@@ -148,32 +111,68 @@ class Api:
         middleware = [cors] if cors_origins else []
         return Starlette(routes=routes, exception_handlers=handlers, middleware=middleware)
 
-    def _verifier_routes(self) -> list[BaseRoute]:
-        """Seed 003's paths, with and without its trailing slash."""
-        v = self.verifier
+    def operations(self) -> list[Operation]:
+        """The API's route table (duo.lead.routes), in the order the routes are tried."""
+        health = Answer(Health)
         return [
-            *(self._post(f"/prefill{end}", PrefillRequest, v.prefill) for end in ("", "/")),
-            *(self._post(f"/verify{end}", VerifyRequest, v.verify) for end in ("", "/")),
-            self._get("/stats", v.stats),
+            Operation(
+                "GET",
+                "/health",
+                "Liveness, drafters and queue",
+                self.health,
+                health,
+                auth=False,
+                errors=(),
+                more=(Answer(Health, "not ready (--rpc)", status="503"),),
+            ),
+            Operation(
+                "GET",
+                "/metrics",
+                "Prometheus metrics",
+                self.metrics,
+                Answer(description="text format 0.0.4", media="text/plain"),
+            ),
+            Operation("GET", "/v1/models", "The served model", self.models, Answer(Models)),
+            Operation(
+                "POST",
+                "/v1/completions",
+                "A text completion",
+                self.completions,
+                Answer(Completion, STREAMED, chunk=Completion),
+                body=CompletionRequest,
+            ),
+            Operation(
+                "POST",
+                "/v1/chat/completions",
+                "A chat completion, through the model's own chat template",
+                self.chat,
+                Answer(ChatCompletion, STREAMED, chunk=ChatCompletionChunk),
+                body=ChatRequest,
+            ),
+            *self.extensions.operations(),
+            Operation(
+                "GET",
+                "/slots",
+                "Each slot: busy or not, its cached tokens (llama-server)",
+                self.slots,
+                Answer(list[SlotState]),
+            ),
+            *self.verifier.operations(),
+            Operation(
+                "GET",
+                "/openapi.json",
+                "This document",
+                self.openapi,
+                Answer(description="OpenAPI 3.1", media="application/json"),
+            ),
+            Operation(
+                "WEBSOCKET",
+                protocol.PATH,
+                "The drafter channel: a WebSocket (duo.channel.protocol), for `duo back`",
+                self.drafter,
+                Answer(description="switching to the WebSocket protocol", status="101"),
+            ),
         ]
-
-    def _get(self, path: str, endpoint: Endpoint) -> Route:
-        async def authorized(request: Request) -> Response:
-            self.authorize_request(request)
-            return await endpoint(request)
-
-        return Route(path, _guarded(authorized))
-
-    def _post(self, path: str, kind: type[R], handler: Handler[R]) -> Route:
-        """A route whose handler takes the body decoded as a `kind`."""
-        self.bodies[path] = kind
-
-        async def decoded(request: Request) -> Response:
-            self.authorize_request(request)
-            body = decode(await read_body(request, self.max_body), kind)
-            return await handler(request, body)
-
-        return Route(path, _guarded(decoded), methods=["POST"])
 
     # -- errors -----------------------------------------------------------------------
 
@@ -190,10 +189,6 @@ class Api:
 
     async def _internal_error(self, request: Request, e: Exception) -> Response:
         return error_response(500, "internal server error", kind="server_error")
-
-    def authorize_request(self, request: Request) -> None:
-        if not self.authorize(request.headers.get("authorization")):
-            raise AuthError()
 
     # -- endpoints ----------------------------------------------------------------------
 
@@ -219,7 +214,7 @@ class Api:
 
     async def openapi(self, request: Request) -> Response:
         if self._document is None:
-            self._document = openapi_schema(self.bodies)
+            self._document = openapi_schema(self._operations)
         return JSONResponse(self._document)
 
     async def drafter(self, ws: WebSocket) -> None:

@@ -28,6 +28,7 @@ from duo.lead.openai.chat import ChatRequest
 from duo.lead.openai.prompts import Prompts
 from duo.lead.openai.requests import CompletionRequest, DetokenizeRequest, TokenizeRequest
 from duo.lead.openai.responses import AppliedTemplate, Detokenized, PropsBody, TokenPiece, Tokens
+from duo.lead.routes import Answer, Operation
 
 
 class ExtensionLead(Protocol):
@@ -47,6 +48,42 @@ class Extensions:
     def __init__(self, lead: ExtensionLead, prompts: Prompts) -> None:
         self.lead = lead
         self.prompts = prompts
+
+    def operations(self) -> list[Operation]:
+        """Their part of the route table (duo.lead.routes)."""
+        return [
+            Operation(
+                "POST",
+                "/tokenize",
+                "Tokenize text (llama-server)",
+                self.tokenize,
+                Answer(Tokens),
+                body=TokenizeRequest,
+            ),
+            Operation(
+                "POST",
+                "/detokenize",
+                "Token IDs back to text (llama-server)",
+                self.detokenize,
+                Answer(Detokenized),
+                body=DetokenizeRequest,
+            ),
+            Operation(
+                "POST",
+                "/apply-template",
+                "The prompt a chat request renders to (llama-server)",
+                self.apply_template,
+                Answer(AppliedTemplate),
+                body=ChatRequest,
+            ),
+            Operation(
+                "GET",
+                "/props",
+                "Model, context, chat template, defaults and speculation settings (llama-server)",
+                self.props,
+                Answer(PropsBody),
+            ),
+        ]
 
     async def tokenize(self, request: Request, body: TokenizeRequest) -> Response:
         content = body.content

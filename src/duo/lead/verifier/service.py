@@ -31,6 +31,7 @@ from duo.core.engine import MainModel, prefill
 from duo.core.verifier import Checked, DraftedGeneration
 from duo.errors import UsageError
 from duo.lead.openai.prompts import Prompts
+from duo.lead.routes import Answer, Operation
 from duo.lead.verifier.requests import (
     SESSION_HEADER,
     SESSION_PATTERN,
@@ -113,6 +114,29 @@ class Verifier:
         self.clock = clock
         self.sessions: dict[str, Session] = {}  # least recently used first
         self.ended = Totals()  # of the sessions forgotten
+
+    def operations(self) -> list[Operation]:
+        """Its part of the route table (duo.lead.routes): seed 003's paths, with and without
+        its trailing slash."""
+        prefill = "Start a drafter-driven session afresh (seed 003)"
+        verify = "Verify a client's draft; commit the prefix the main model accepts (seed 003)"
+        return [
+            *(
+                Operation("POST", path, prefill, self.prefill, Answer(Prefilled), PrefillRequest)
+                for path in ("/prefill", "/prefill/")
+            ),
+            *(
+                Operation("POST", path, verify, self.verify, Answer(Verified), VerifyRequest)
+                for path in ("/verify", "/verify/")
+            ),
+            Operation(
+                "GET",
+                "/stats",
+                "The drafter-driven sessions' figures",
+                self.stats,
+                Answer(VerifierStats),
+            ),
+        ]
 
     async def prefill(self, request: Request, body: PrefillRequest) -> Response:
         sampling = body.sampling()

@@ -8,20 +8,18 @@ The page and its assets carry a Content-Security-Policy that allows scripts, sty
 connections from the lead only, no inline script and no frames: model text is shown as
 text by the page's own code, and the policy is the second wall. The page reaches the API
 with the key the user gives it (kept in the browser's localStorage); the events feed takes
-the API key as every endpoint does.
+the API key as every endpoint does (its route checks it: duo.lead.routes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from importlib import resources
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import BaseRoute, Route
 
-from duo.errors import AuthError
 from duo.lead.openai.format import error_response
+from duo.lead.routes import Answer, Operation
 from duo.lead.web.feed import Feed
 
 CSP = "; ".join(
@@ -69,15 +67,41 @@ def asset(name: str) -> bytes | None:
 
 
 class Web:
-    def __init__(self, feed: Feed, authorize: Callable[[str | None], bool]) -> None:
+    def __init__(self, feed: Feed) -> None:
         self.feed = feed
-        self.authorize = authorize
 
-    def routes(self) -> list[BaseRoute]:
+    def operations(self) -> list[Operation]:
+        """The page's part of the route table (duo.lead.routes)."""
         return [
-            Route("/", self.page),
-            Route("/ui/{name}", self.asset),
-            Route(EVENTS_PATH, self.events),
+            Operation(
+                "GET",
+                "/",
+                "The web page: a chat and a drafter dashboard",
+                self.page,
+                Answer(description="the page", media="text/html"),
+                auth=False,
+                errors=(),
+            ),
+            Operation(
+                "GET",
+                "/ui/{name}",
+                "The web page's scripts, styles and icon",
+                self.asset,
+                Answer(
+                    description="a file of the page (also text/css, image/svg+xml)",
+                    media="text/javascript",
+                ),
+                auth=False,
+                errors=("404",),
+            ),
+            Operation(
+                "GET",
+                EVENTS_PATH,
+                "The web page's live events: drafters, requests, acceptance",
+                self.events,
+                Answer(description="server-sent events", media="text/event-stream"),
+                errors=("401",),
+            ),
         ]
 
     async def page(self, request: Request) -> Response:
@@ -87,8 +111,6 @@ class Web:
         return self._file(request.path_params["name"])
 
     async def events(self, request: Request) -> Response:
-        if not self.authorize(request.headers.get("authorization")):
-            raise AuthError()
         return StreamingResponse(
             self.feed.stream(),
             media_type="text/event-stream",
