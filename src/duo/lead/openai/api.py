@@ -30,6 +30,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
@@ -43,6 +44,7 @@ from starlette.websockets import WebSocket
 from duo.channel import protocol
 from duo.channel.endpoint import DrafterEndpoint
 from duo.errors import DuoError
+from duo.lead.engine.events import Job
 from duo.lead.engine.lead import Health, Lead, SlotState
 from duo.lead.engine.metrics import Metrics
 from duo.lead.openai.chat import ChatRequest
@@ -53,16 +55,28 @@ from duo.lead.openai.format import duo_error_response, error_response
 from duo.lead.openai.logprobs import CompletionLogprobs, chat_logprobs
 from duo.lead.openai.prompts import Prompts
 from duo.lead.openai.reasoning import Format, opened_by
-from duo.lead.openai.replies import ChatReply, CompletionReply
-from duo.lead.openai.requests import CompletionRequest
+from duo.lead.openai.replies import ChatReply, CompletionReply, Reply
+from duo.lead.openai.requests import CompletionRequest, Output
 from duo.lead.openai.responses import ChatCompletion, ChatCompletionChunk, Completion, Model, Models
 from duo.lead.openapi import openapi_schema
 from duo.lead.routes import Answer, Operation, starlette_routes
+from duo.lead.tools.calls import Tools
 from duo.lead.verifier.service import Verifier
 
 log = logging.getLogger(__name__)
 
 STREAMED = "the whole answer, or with `stream` server-sent events"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A completion or chat request made ready to run (Api.prepare)."""
+
+    jobs: list[Job]  # one per choice
+    output: Output
+    logprobs: bool  # whether the replies carry logprobs
+    text: str = ""  # a chat's prompt, as its template rendered it
+    tools: Tools | None = None  # the tools a chat's reply may call
 
 
 class Api:
@@ -221,53 +235,64 @@ class Api:
         await self.drafters.serve(ws)
 
     async def completions(self, request: Request, body: CompletionRequest) -> Response:
-        n_ctx, n_vocab = self.info.n_ctx, self.info.n_vocab
-        sampling = body.sampling(n_ctx, n_vocab)
-        sampling = await self.prompts.format_grammar(sampling, body.response_format)
-        prompt = body.text_or_tokens()
-        if isinstance(prompt, str):
-            tokens = await self.prompts.tokenize(prompt, add_special=True, param="prompt")
-            self.prompts.check_fits(tokens, "prompt")
-        else:  # the length first: a list longer than the context is not read through
-            self.prompts.check_fits(prompt, "prompt")
-            tokens = self.prompts.token_ids(prompt, "prompt")
-        output = body.output()
-        jobs = choice_jobs(tokens, body.max_new_tokens(n_ctx), body.stops(), sampling, output.n)
-        meta = {
-            "id": f"cmpl-{uuid.uuid4().hex[:24]}",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": self.info.name,
-        }
-        wanted = sampling.logprobs is not None
+        ready = await self.prepare(body)
         replies = [
-            CompletionReply(i, CompletionLogprobs(self.lead.piece).shape if wanted else None)
-            for i in range(output.n)
+            CompletionReply(
+                i, CompletionLogprobs(self.lead.piece).shape if ready.logprobs else None
+            )
+            for i in range(ready.output.n)
         ]
-        return await respond(self.lead, request, jobs, meta, replies, output)
+        return await self._respond(request, ready, replies, "cmpl", "text_completion")
 
     async def chat(self, request: Request, body: ChatRequest) -> Response:
+        ready = await self.prepare(body)
+        shape = (lambda e: chat_logprobs(e, self.lead.piece)) if ready.logprobs else None
+        reasoning = body.reasoning_format or self.reasoning_format
+        reasoning = "deepseek" if reasoning == "auto" else reasoning
+        opened = opened_by(ready.text)
+        replies = [
+            ChatReply(i, ready.tools, shape, reasoning, opened) for i in range(ready.output.n)
+        ]
+        kind = "chat.completion.chunk" if ready.output.stream else "chat.completion"
+        return await self._respond(request, ready, replies, "chatcmpl", kind)
+
+    async def prepare(self, body: CompletionRequest | ChatRequest) -> Prepared:
+        """What a completion and a chat request both go through, in this order (the first
+        fault is the one reported): the sampling and the grammar its response_format asks
+        for; the prompt's tokens (a chat's messages and tools through the chat template, and
+        the grammar of a forced tool call); then one job per choice."""
         n_ctx, n_vocab = self.info.n_ctx, self.info.n_vocab
         sampling = body.sampling(n_ctx, n_vocab)
         sampling = await self.prompts.format_grammar(sampling, body.response_format)
-        text, tools = await self.prompts.chat(body)
-        # Rendered, then tokenized: the size check comes between them.
-        tokens = await self.prompts.tokenize(text, add_special=False, param="messages")
-        self.prompts.check_fits(tokens, "messages")
-        if tools is not None and tools.forced:
-            sampling = await self.prompts.tool_grammar(sampling, tools)
+        text, tools = "", None
+        if isinstance(body, ChatRequest):
+            text, tools = await self.prompts.chat(body)
+            # Rendered, then tokenized: the size check comes between them.
+            tokens = await self.prompts.tokenize(text, add_special=False, param="messages")
+            self.prompts.check_fits(tokens, "messages")
+            if tools is not None and tools.forced:
+                sampling = await self.prompts.tool_grammar(sampling, tools)
+        else:
+            prompt = body.text_or_tokens()
+            if isinstance(prompt, str):
+                tokens = await self.prompts.tokenize(prompt, add_special=True, param="prompt")
+                self.prompts.check_fits(tokens, "prompt")
+            else:  # the length first: a list longer than the context is not read through
+                self.prompts.check_fits(prompt, "prompt")
+                tokens = self.prompts.token_ids(prompt, "prompt")
         output = body.output()
         jobs = choice_jobs(tokens, body.max_new_tokens(n_ctx), body.stops(), sampling, output.n)
+        return Prepared(jobs, output, sampling.logprobs is not None, text, tools)
+
+    async def _respond(
+        self, request: Request, ready: Prepared, replies: Sequence[Reply], prefix: str, kind: str
+    ) -> Response:
+        """Run the jobs and answer, whole or streamed, in an envelope of `kind` whose id
+        starts with `prefix`."""
         meta = {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
-            "object": "chat.completion.chunk" if output.stream else "chat.completion",
+            "id": f"{prefix}-{uuid.uuid4().hex[:24]}",
+            "object": kind,
             "created": int(time.time()),
             "model": self.info.name,
         }
-        wanted = sampling.logprobs is not None
-        shape = (lambda e: chat_logprobs(e, self.lead.piece)) if wanted else None
-        reasoning = body.reasoning_format or self.reasoning_format
-        reasoning = "deepseek" if reasoning == "auto" else reasoning
-        opened = opened_by(text)
-        replies = [ChatReply(i, tools, shape, reasoning, opened) for i in range(output.n)]
-        return await respond(self.lead, request, jobs, meta, replies, output)
+        return await respond(self.lead, request, ready.jobs, meta, replies, ready.output)
