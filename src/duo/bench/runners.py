@@ -128,6 +128,8 @@ def cores_text(cores: frozenset[int] | None, unpinned: str) -> str:
 
 def _devices(spec: SpecConfig, models: ModelConfig) -> str:
     text = f"main: cores {cores_text(spec.main_cores, 'all')} x{models.threads}t"
+    if models.threads_alone:
+        text += f" (x{models.threads_alone}t while the drafter rests)"
     if models.rpc:
         text += f" + rpc-servers {models.rpc}"
     if spec.mode != "target" and models.draft is not None and "model" in spec.spec_types:
