@@ -6,7 +6,7 @@ from duo.channel.endpoint import WireStats
 from duo.core.engine import Prefill, Round
 from duo.core.stats import Stats
 from duo.lead.engine.metrics import Metrics
-from duo.lead.openai.format import timings
+from duo.lead.protocol.openai import timings
 
 
 def samples(text: str) -> dict[str, float]:

@@ -14,7 +14,7 @@ from duo.channel.endpoint import DrafterEndpoint
 from duo.core.text import Chunk
 from duo.lead.engine.lead import Lead, LeadConfig
 from duo.lead.engine.metrics import Metrics
-from duo.lead.openai.api import Api
+from duo.lead.openai.api import Api, health_body
 from duo.lead.openai.reasoning import Format
 from duo.lead.web.feed import Feed
 from duo.lead.web.page import Web
@@ -62,7 +62,12 @@ def build_lead(
     except BaseException:
         session.close()
         raise
-    feed = Feed(backs, lead.health, lambda: metrics.total.by_source, lambda: metrics.requests)
+    feed = Feed(
+        backs,
+        lambda: health_body(lead.health()),
+        lambda: metrics.total.by_source,
+        lambda: metrics.requests,
+    )
     metrics.listeners.append(feed.finished)
     web = Web(feed)
     reasoning = cast(Format, config.reasoning_format)

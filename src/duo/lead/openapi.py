@@ -5,7 +5,7 @@ The request schemas are msgspec's JSON schemas of the request models, the classe
 is decoded into (duo.lead.openai.requests, .chat; the table says which route decodes which),
 so the document states the fields, defaults and bounds the lead enforces; a test holds the
 two together. The response schemas are those of the typed dicts the answers are built as
-(duo.lead.openai.responses). The drafter channel, a WebSocket, appears as the GET that
+(duo.lead.protocol). The drafter channel, a WebSocket, appears as the GET that
 upgrades to it (OpenAPI has no words for a WebSocket's messages: duo.channel.protocol
 defines them). Every error answer has OpenAI's error shape (`ErrorBody`).
 """
@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from duo import __version__
-from duo.lead.openai.responses import ErrorBody
+from duo.lead.protocol.openai import ErrorBody
 from duo.lead.routes import Answer, Operation
 
 Schema = dict[str, Any]

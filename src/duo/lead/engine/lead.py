@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 
 from duo.auth import KeySpec
 from duo.channel.backs import Backs
@@ -62,8 +62,9 @@ class ModelInfo:
     n_vocab: int
 
 
-class SlotState(TypedDict):
-    """GET /slots: one slot, in llama-server's fields (and duo's n_cached)."""
+@dataclass(frozen=True)
+class Slot:
+    """One slot, as GET /slots shows it (duo.lead.protocol.llama.SlotState)."""
 
     id: int
     n_ctx: int
@@ -74,18 +75,18 @@ class SlotState(TypedDict):
     n_decoded: int  # tokens its request generated so far
 
 
-class Health(TypedDict):
-    """GET /health: whether the lead is up, and how busy."""
+@dataclass(frozen=True)
+class Status:
+    """Whether the lead is up, and how busy, as GET /health shows it
+    (duo.lead.protocol.llama.Health)."""
 
-    status: str
     model: str
     drafters: int  # backs connected
     local_drafter: bool
-    busy: bool
     slots: int
     slots_busy: int
     queued: int  # requests waiting for a slot
-    time: float
+    time: float  # when this was taken (Unix seconds)
 
 
 @dataclass(frozen=True)
@@ -219,12 +220,12 @@ class Lead:
             sharing=self.session.sharing(),
         )
 
-    def slots(self) -> list[SlotState]:
+    def slots(self) -> list[Slot]:
         speculative = bool(self.session.pools or self.session.types - {"model"})
-        out: list[SlotState] = []
+        out: list[Slot] = []
         for slot, cached, running in self.engine.slot_states():
             out.append(
-                SlotState(
+                Slot(
                     id=slot,
                     n_ctx=self.info.n_ctx,
                     speculative=speculative,
@@ -236,15 +237,13 @@ class Lead:
             )
         return out
 
-    def health(self) -> Health:
-        return {
-            "status": "ok",
-            "model": self.info.name,
-            "drafters": self.backs.connected,
-            "local_drafter": self.session.local is not None,
-            "busy": self.engine.busy > 0,
-            "slots": self.engine.slots,
-            "slots_busy": self.engine.busy,
-            "queued": self.engine.queued,
-            "time": time.time(),
-        }
+    def health(self) -> Status:
+        return Status(
+            model=self.info.name,
+            drafters=self.backs.connected,
+            local_drafter=self.session.local is not None,
+            slots=self.engine.slots,
+            slots_busy=self.engine.busy,
+            queued=self.engine.queued,
+            time=time.time(),
+        )

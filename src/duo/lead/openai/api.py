@@ -45,7 +45,7 @@ from duo.channel import protocol
 from duo.channel.endpoint import DrafterEndpoint
 from duo.errors import DuoError
 from duo.lead.engine.events import Job
-from duo.lead.engine.lead import Health, Lead, SlotState
+from duo.lead.engine.lead import Lead, Status
 from duo.lead.engine.metrics import Metrics
 from duo.lead.openai.chat import ChatRequest
 from duo.lead.openai.choices import choice_jobs
@@ -57,8 +57,9 @@ from duo.lead.openai.prompts import Prompts
 from duo.lead.openai.reasoning import Format, opened_by
 from duo.lead.openai.replies import ChatReply, CompletionReply, Reply
 from duo.lead.openai.requests import CompletionRequest, Output
-from duo.lead.openai.responses import ChatCompletion, ChatCompletionChunk, Completion, Model, Models
 from duo.lead.openapi import openapi_schema
+from duo.lead.protocol.llama import Health, SlotState
+from duo.lead.protocol.openai import ChatCompletion, ChatCompletionChunk, Completion, Model, Models
 from duo.lead.routes import Answer, Operation, starlette_routes
 from duo.lead.tools.calls import Tools
 from duo.lead.verifier.service import Verifier
@@ -207,10 +208,22 @@ class Api:
     # -- endpoints ----------------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse(self.lead.health())
+        return JSONResponse(health_body(self.lead.health()))
 
     async def slots(self, request: Request) -> Response:
-        return JSONResponse(self.lead.slots())
+        slots = [
+            SlotState(
+                id=s.id,
+                n_ctx=s.n_ctx,
+                speculative=s.speculative,
+                is_processing=s.is_processing,
+                n_cached=s.n_cached,
+                n_prompt_tokens=s.n_prompt_tokens,
+                n_decoded=s.n_decoded,
+            )
+            for s in self.lead.slots()
+        ]
+        return JSONResponse(slots)
 
     async def metrics(self, request: Request) -> Response:
         return PlainTextResponse(self._metrics.render(), media_type="text/plain; version=0.0.4")
@@ -296,3 +309,18 @@ class Api:
             "model": self.info.name,
         }
         return await respond(self.lead, request, ready.jobs, meta, replies, ready.output)
+
+
+def health_body(s: Status) -> Health:
+    """GET /health's answer (also what the web page's feed reads)."""
+    return {
+        "status": "ok",
+        "model": s.model,
+        "drafters": s.drafters,
+        "local_drafter": s.local_drafter,
+        "busy": s.slots_busy > 0,
+        "slots": s.slots,
+        "slots_busy": s.slots_busy,
+        "queued": s.queued,
+        "time": s.time,
+    }

@@ -23,10 +23,11 @@ from duo.errors import GenerationFailed
 from duo.lead.engine.events import Delta, Done, Failed, Job
 from duo.lead.engine.lead import Lead
 from duo.lead.openai.choices import combined, merged_events
-from duo.lead.openai.format import sse, timings, usage
+from duo.lead.openai.format import sse
 from duo.lead.openai.origin import Origin
 from duo.lead.openai.replies import Entry, Reply
 from duo.lead.openai.requests import Output
+from duo.lead.protocol.openai import timings, usage
 
 
 async def _disconnected(request: Request) -> None:

@@ -27,7 +27,7 @@ from duo.lead.engine.lead import ModelInfo, Props
 from duo.lead.openai.chat import ChatRequest
 from duo.lead.openai.prompts import Prompts
 from duo.lead.openai.requests import CompletionRequest, DetokenizeRequest, TokenizeRequest
-from duo.lead.openai.responses import AppliedTemplate, Detokenized, PropsBody, TokenPiece, Tokens
+from duo.lead.protocol.llama import AppliedTemplate, Detokenized, PropsBody, TokenPiece, Tokens
 from duo.lead.routes import Answer, Operation
 
 

@@ -10,7 +10,7 @@ import codecs
 from collections.abc import Callable, Sequence
 
 from duo.core.logprobs import TokenLogprob
-from duo.lead.openai.responses import ChatLogprobs, TextLogprobs, TokenLogprobs, TopLogprob
+from duo.lead.protocol.openai import ChatLogprobs, TextLogprobs, TokenLogprobs, TopLogprob
 
 Piece = Callable[[int], bytes]
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from duo.core.logprobs import TokenLogprob
 from duo.lead.openai.reasoning import Format, Thoughts, split
-from duo.lead.openai.responses import (
+from duo.lead.protocol.openai import (
     AssistantMessage,
     CalledFunction,
     CalledTool,

@@ -1,5 +1,5 @@
-"""The verifier API's requests (seed 003's fields, and duo's), typed and bounded, and its
-answers' shapes.
+"""The verifier API's requests (seed 003's fields, and duo's), typed and bounded (its
+answers' shapes: duo.lead.protocol.verifier).
 
     PrefillRequest  POST /prefill  {prompt, session?, temperature?, seed?, top_k?, ...}
     VerifyRequest   POST /verify   {draft_tokens, session?}
@@ -10,7 +10,7 @@ Greedy unless the prefill asks for a temperature; with one, the lead samples los
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypedDict
+from typing import Annotated
 
 import msgspec
 from msgspec import Meta
@@ -83,26 +83,3 @@ class VerifyRequest(Fields, kw_only=True):
         ),
     ] = msgspec.field(default_factory=list)
     session: SessionId | None = None
-
-
-class Prefilled(TypedDict):
-    prompt_len: int
-    prompt_ids: list[int]
-    session: str
-
-
-class Verified(TypedDict):
-    accepted_prefix_len: int  # draft tokens the main model accepts (and the lead commits)
-    preds: list[int]  # its own token at each draft position, and one past the last
-    total_tokens: int  # the prompt and every committed token
-    session: str
-
-
-class VerifierStats(TypedDict):
-    verifications: int
-    drafted: int
-    accepted: int
-    acceptance_rate: float
-    tokens_per_verification: float
-    tokens_per_second: float  # accepted tokens over the sessions' lives
-    sessions: dict[str, dict[str, Any]]  # the same by live session, with its token counts

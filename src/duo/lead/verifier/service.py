@@ -31,15 +31,13 @@ from duo.core.engine import MainModel, prefill
 from duo.core.verifier import Checked, DraftedGeneration
 from duo.errors import UsageError
 from duo.lead.openai.prompts import Prompts
+from duo.lead.protocol.verifier import Prefilled, Verified, VerifierStats
 from duo.lead.routes import Answer, Operation
 from duo.lead.verifier.requests import (
     SESSION_HEADER,
     SESSION_PATTERN,
-    Prefilled,
     PrefillRequest,
     SessionId,
-    Verified,
-    VerifierStats,
     VerifyRequest,
 )
 

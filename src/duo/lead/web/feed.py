@@ -28,7 +28,7 @@ from typing import Any
 
 from duo.channel.backs import Backs, Remote
 from duo.core.stats import SourceStats, Stats
-from duo.lead.openai.format import timings
+from duo.lead.protocol.openai import timings
 
 MAX_PENDING = 256  # events queued for one subscriber before it is dropped
 
@@ -48,7 +48,7 @@ class Feed:
         interval: float = 1.0,
     ) -> None:
         self.backs = backs
-        self.health = health  # Lead.health: model, busy, queued, local_drafter
+        self.health = health  # /health's body: model, busy, queued, local_drafter
         self.by_source = by_source  # draft tokens verified and accepted per source, so far
         self.requests = requests
         self.interval = interval

@@ -1,19 +1,20 @@
-"""The shapes of the lead's answers, as typed dicts: what the code that builds an answer
-returns (mypy holds it to them), and what the OpenAPI document's response schemas are
-generated from (duo.lead.openai.openapi).
+"""The OpenAI API's shapes, as duo answers them: typed dicts, what the code that builds an
+answer returns (mypy holds it to them) and what the OpenAPI document's response schemas are
+generated from (duo.lead.openapi).
 
     Completion, ChatCompletion, ChatCompletionChunk   /v1/completions, /v1/chat/completions
     ErrorBody                                         every error, in OpenAI's shape
-    Models, Tokens, Detokenized, AppliedTemplate, PropsBody   the other endpoints
-
-(/health's shape is the lead's own: duo.lead.engine.lead.Health.)
+    Models                                            /v1/models
+    usage(stats), timings(stats)                      a generation's figures, in these shapes
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, NotRequired, TypedDict
+from typing import Annotated, Literal, NotRequired, TypedDict
 
 from msgspec import Meta
+
+from duo.core.stats import Stats
 
 Finish = Annotated[
     str | None, Meta(description="stop, length or tool_calls; null until the choice ends")
@@ -213,7 +214,7 @@ class ChatCompletionChunk(Envelope):
     duo: NotRequired[Origin]
 
 
-# -- the other endpoints --------------------------------------------------------------------
+# -- the models ---------------------------------------------------------------------------
 
 
 class ModelMeta(TypedDict):
@@ -234,76 +235,43 @@ class Models(TypedDict):
     data: list[Model]
 
 
-class TokenPiece(TypedDict):
-    id: int
-    piece: Annotated[
-        str | list[int], Meta(description="text, or its bytes where they are not UTF-8 alone")
-    ]
+# -- from the engine's figures --------------------------------------------------------------
 
 
-class Tokens(TypedDict):
-    tokens: Annotated[
-        list[int | TokenPiece], Meta(description="token IDs; with with_pieces, {id, piece} each")
-    ]
+def usage(s: Stats) -> Usage:
+    return {
+        "prompt_tokens": s.prompt_tokens,
+        "completion_tokens": s.tokens,
+        "total_tokens": s.prompt_tokens + s.tokens,
+    }
 
 
-class Detokenized(TypedDict):
-    content: str
-
-
-class AppliedTemplate(TypedDict):
-    prompt: str
-
-
-class GenerationSettings(TypedDict):
-    n_ctx: int
-    params: Annotated[
-        dict[str, Any], Meta(description="the request fields' defaults, as llama-server names")
-    ]
-
-
-class Speculative(TypedDict):
-    mode: Literal["target", "sync", "async"]
-    spec_types: list[str]
-    draft_max: int
-    max_ahead: int
-    policy: Literal["adaptive", "fixed"]
-    deterministic: bool
-    ngram_max: int
-    lookup_max: int
-    local_drafter: bool
-    drafters: Annotated[int, Meta(description="backs connected now")]
-
-
-class PlacementBody(TypedDict):
-    way: Annotated[
-        Literal["alone", "split", "fixed"],
-        Meta(
-            description="alone: the main model on every core, the in-process drafter "
-            "resting; split: the drafter on some of them; fixed: as the flags say"
-        ),
-    ]
-    threads: Annotated[int, Meta(description="the main model's threads now")]
-    threads_draft: Annotated[int, Meta(description="the in-process drafter's (0: none)")]
-    expected_tokens_per_second: Annotated[
-        dict[str, float],
-        Meta(description="each way's, from measured costs and the acceptance seen so far"),
-    ]
-    switches: int
-
-
-class PropsBody(TypedDict):
-    default_generation_settings: GenerationSettings
-    total_slots: int
-    model_alias: str
-    model_path: str
-    modalities: dict[str, bool]
-    chat_template: str
-    chat_template_caps: dict[str, bool]
-    bos_token: str
-    eos_token: str
-    build_info: str
-    is_sleeping: bool
-    n_vocab: int
-    speculative: Speculative
-    placement: PlacementBody
+def timings(s: Stats) -> Timings:
+    """llama.cpp server's `timings`, plus the speculation figures."""
+    return {
+        "prompt_n": s.prompt_tokens - s.cached_tokens,
+        "cache_n": s.cached_tokens,
+        "prompt_ms": 1000 * s.prefill_seconds,
+        "predicted_n": s.tokens,
+        "predicted_ms": 1000 * s.decode_seconds,
+        "predicted_per_second": s.tokens_per_second,
+        "main_decode_ms": 1000 * s.llama_seconds,
+        "overhead_ms_per_round": s.overhead_ms_per_round,
+        "draft_n": s.drafted,
+        "draft_n_accepted": s.accepted,
+        "acceptance_rate": s.acceptance_rate,
+        "mean_acceptance_length": s.mean_acceptance_length,
+        "rounds": s.rounds,
+        "rounds_after_rejection": s.readiness("rejection").rounds,
+        "ready_after_rejection": s.readiness("rejection").ready,
+        "rounds_after_acceptance": s.readiness("acceptance").rounds,
+        "ready_after_acceptance": s.readiness("acceptance").ready,
+        "draft_sources": {
+            name: {
+                "draft_n": x.drafted,
+                "draft_n_accepted": x.accepted,
+                "draft_n_received": x.received,
+            }
+            for name, x in s.by_source.items()
+        },
+    }
