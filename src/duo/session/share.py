@@ -55,6 +55,7 @@ LAST_LOOK = 128  # the longest wait, in windows, the waits doubling
 SIZES = (1, 2, 3, 5, 9, 17)  # batch sizes timed at start (the rest interpolated)
 MODEL = "model"  # the in-process drafter's source name
 FIXED = "fixed"  # a Sharing's way when the flags (or no drafter) decide
+HOPEFUL = "split_hopeful"  # expected beside a drafter right HOPE of the time
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class Sharing:
     draft_threads: int  # the in-process drafter's (0: none)
     # tokens per second each way: measured beside the drafter over its last window, with
     # what the main model alone would have made of it; before that, from the costs timed
-    # at start, beside a drafter right HOPE of the time
+    # at start, beside a drafter right PRIOR of the time (SPLIT) and HOPE (HOPEFUL)
     expected: dict[str, float] = field(default_factory=dict)
     switches: int = 0
     measured: bool = False
@@ -85,8 +86,8 @@ class Sharing:
         if self.measured:
             return f"{main}, {drafter} (measured: {alone:.1f} tok/s alone, {split:.1f} beside it)"
         return (
-            f"{main}, {drafter} (timed: {alone:.1f} tok/s alone, {split:.1f} beside a "
-            f"drafter right {HOPE:.0%} of the time)"
+            f"{main}, {drafter} (timed: {alone:.1f} tok/s alone; beside a drafter right "
+            f"{PRIOR:.0%} of the time {split:.1f}, {HOPE:.0%} {self.expected[HOPEFUL]:.1f})"
         )
 
 
@@ -115,8 +116,12 @@ class CoreShare:
         }
         self.step = _timed(draft, draft.n_threads, [1], all_logits=False)[1]
         self.state = ALONE
-        self.hope = self._estimate(HOPE)
-        self.expected = {ALONE: self.hope.alone, SPLIT: self.hope.split}
+        self.typical, self.hope = self._estimate(PRIOR), self._estimate(HOPE)
+        self.expected = {
+            ALONE: self.typical.alone,
+            SPLIT: self.typical.split,
+            HOPEFUL: self.hope.split,
+        }
         self.measured = False
         self.worker: DraftWorker | None = None
         self.costs: CostModel | None = None  # the policies' cost model, once made
@@ -135,7 +140,7 @@ class CoreShare:
 
     def start(self, worker: DraftWorker) -> None:
         """The better way at a typical acceptance."""
-        self._take(self._estimate(PRIOR).better(ALONE))
+        self._take(self.typical.better(ALONE))
         self.worker = worker
         worker.hold(self.state == ALONE)
         if self.state == ALONE:
