@@ -502,3 +502,73 @@ def test_a_drafter_that_never_idles_never_branches() -> None:
     plain = simulate_async(t, profile, 8, max_ahead=12, policy="fixed")
     branched = simulate_async(t, profile, 8, max_ahead=12, policy="fixed", fanout=4)
     assert branched.tokens_per_second == plain.tokens_per_second
+
+
+# -- measured device costs (scripts/gpu/check.sh) ----------------------------------------
+
+DEVICE_COSTS = Path(__file__).with_name("device_costs.json")
+
+
+def test_a_device_costs_file_is_a_profile_per_placement() -> None:
+    from duo.bench.profiles import measured_profiles
+
+    profiles = {p.name: p for p in measured_profiles(json.loads(DEVICE_COSTS.read_text()))}
+    assert sorted(profiles) == [
+        f"test box: main {m}, draft {d}" for m in ("cpu", "gpu") for d in ("cpu", "gpu")
+    ]
+    seed002 = profiles["test box: main cpu, draft gpu"]  # seed 002's placement
+    assert seed002.main_ms(1) == 100.0 and seed002.main_ms(16) == 550.0
+    assert seed002.draft_ms == 2.0 and seed002.catchup_batch_ms(16) == 2.4
+    assert seed002.main_concurrent_slowdown == 1.0 and "separate devices" in seed002.note
+    both_cpu = profiles["test box: main cpu, draft cpu"]
+    assert (both_cpu.main_concurrent_slowdown, both_cpu.draft_concurrent_slowdown) == (1.5, 1.4)
+    both_gpu = profiles["test box: main gpu, draft gpu"]
+    assert "not measured (1.0 assumed)" in both_gpu.note and "2025-01-01" in both_gpu.note
+
+
+def test_sim_projects_each_placement_of_a_device_costs_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sim.json"
+    bench = str(bench_report(tmp_path))
+    argv = ["sim", "--bench", bench, "--profile", str(DEVICE_COSTS), "--json", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "| test box: main cpu, draft gpu |" in text and "| placement | target-1 |" in text
+    rows = json.loads(out.read_text())["placements"]
+    placements = {p["profile"]["name"]: p["modes"] for p in rows}
+    target = {m["mode"]: m for m in placements["test box: main gpu, draft gpu"]}["target-1"]
+    assert target["projected"] == pytest.approx(100.0) and target["measured"] is None
+    seed002 = {m["mode"]: m["projected"] for m in placements["test box: main cpu, draft gpu"]}
+    assert seed002["target-1"] == pytest.approx(10.0) and seed002["async"] > 10.0
+
+
+def test_a_device_costs_file_with_one_device_is_one_setup(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    costs = json.loads(DEVICE_COSTS.read_text())
+    del costs["costs_ms"]["gpu"]
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps(costs))
+    assert main(["sim", "--bench", str(bench_report(tmp_path)), "--profile", str(path)]) == 0
+    assert "profile: test box: main cpu, draft cpu" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda c: c["costs_ms"].update(tpu=c["costs_ms"]["gpu"]), "'tpu' is not one of"),
+        (lambda c: c["costs_ms"]["gpu"]["main"].pop("1"), "gpu main needs a positive time"),
+        (lambda c: c.pop("date"), "not a device-costs file"),
+        (lambda c: c.update(costs_ms={}), "times no device"),
+    ],
+)
+def test_a_malformed_device_costs_file_is_refused_naming_what(
+    tmp_path: Path, change: object, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    costs = json.loads(DEVICE_COSTS.read_text())
+    change(costs)  # type: ignore[operator]
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(costs))
+    assert main(["sim", "--bench", str(bench_report(tmp_path)), "--profile", str(path)]) == 2
+    assert message in capsys.readouterr().err

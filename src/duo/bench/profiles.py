@@ -288,3 +288,90 @@ def seed_profile(name: str) -> DeviceProfile:
             return seed.profile
     names = ", ".join(s.profile.name for s in SEEDS)
     raise UsageError(f"unknown profile {name!r} (known: bench, seeds, {names}, or FILE.json)")
+
+
+# -- measured device costs ---------------------------------------------------------------
+
+MEASURED_FORMAT = "duo-device-costs/1"
+MEASURED_DEVICES = ("gpu", "cpu")
+
+
+def is_measured(d: Mapping[str, Any]) -> bool:
+    """A device-costs file (scripts/gpu/check.sh writes one), not a single DeviceProfile."""
+    return d.get("format") == MEASURED_FORMAT
+
+
+def measured_profiles(d: Mapping[str, Any], source: str = "profile") -> list[DeviceProfile]:
+    """A profile per placement of the two models on the devices a device-costs file times.
+
+    The file (format "duo-device-costs/1"; scripts/gpu/check.sh writes one, and
+    tests/unit/device_costs.json is a small example):
+
+        device     the machine, in words ("NVIDIA H100 80GB HBM3, 16 cores")
+        date       when it was measured (YYYY-MM-DD)
+        models     {"main": ..., "draft": ...}: what was timed
+        costs_ms   {"gpu": {"main": {"1": ms, "2": ms, "4": ms, "8": ms, "16": ms},
+                            "draft": {...}, "threads": n},
+                    "cpu": {...}}: a pass's time by batch size, each model alone on that
+                   device (logits for every position, after a few tokens of context);
+                   one device or both
+        slowdown   optional, by placement ("main gpu, draft cpu"): {"main": x, "draft": y},
+                   each model's time x this while the other computes (default 1.0)
+        note       optional: how it was measured
+
+    Placements with both models on one device assume no slowdown unless `slowdown` says
+    one, and their note says so."""
+    try:
+        device, date = str(d["device"]), str(d["date"])
+        costs: dict[str, dict[str, dict[int, float]]] = {}
+        for where, models in d["costs_ms"].items():
+            if where not in MEASURED_DEVICES:
+                raise ValueError(f"device {where!r} is not one of {', '.join(MEASURED_DEVICES)}")
+            costs[where] = {
+                m: {int(b): float(ms) for b, ms in models[m].items()} for m in ("main", "draft")
+            }
+        slowdowns = {str(k): v for k, v in d.get("slowdown", {}).items()}
+        names = d.get("models", {})
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise UsageError(f"{source}: not a device-costs file ({e})") from None
+    if not costs:
+        raise UsageError(f"{source}: costs_ms times no device")
+    for where, models in costs.items():
+        for m, by_batch in models.items():
+            if 1 not in by_batch or min(by_batch.values()) <= 0:
+                raise UsageError(f"{source}: {where} {m} needs a positive time for batch 1")
+    out = []
+    for main_at in MEASURED_DEVICES:
+        for draft_at in MEASURED_DEVICES:
+            if main_at not in costs or draft_at not in costs:
+                continue
+            placement = f"main {main_at}, draft {draft_at}"
+            slow = slowdowns.get(placement, {})
+            if slow:
+                contention = "slowdowns while both compute as the file gives them"
+            elif main_at == draft_at:
+                contention = (
+                    "both on one device: the slowdown while both compute not measured (1.0 assumed)"
+                )
+            else:
+                contention = "separate devices: no slowdown assumed"
+            draft = costs[draft_at]["draft"]
+            out.append(
+                DeviceProfile(
+                    name=f"{device}: {placement}",
+                    main_ms_by_batch=costs[main_at]["main"],
+                    draft_ms=draft[1],
+                    draft_ms_by_batch=draft if len(draft) > 1 else None,
+                    main_concurrent_slowdown=float(slow.get("main", 1.0)),
+                    draft_concurrent_slowdown=float(slow.get("draft", 1.0)),
+                    network_latency_ms=0.3,
+                    note=(
+                        f"measured {date} on {device} ({source}): main {names.get('main', '?')} "
+                        f"on the {main_at}, draft {names.get('draft', '?')} on the {draft_at}, "
+                        f"pass times by batch size, each alone; {contention}. Assumed: a "
+                        "catch-up after a rejection costs one draft token; lead+back over "
+                        "loopback adds 0.3 ms per message one way."
+                    ),
+                )
+            )
+    return out

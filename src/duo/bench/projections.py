@@ -232,6 +232,20 @@ def bench_table(rows: list[Projection]) -> str:
     return "\n".join(lines)
 
 
+def placements_table(rows: Sequence[tuple[DeviceProfile, Sequence[Projection]]]) -> str:
+    """Markdown: projected tok/s of each mode (columns) for each placement (rows)."""
+    modes = list(dict.fromkeys(r.mode for _, projections in rows for r in projections))
+    lines = [
+        "| placement | " + " | ".join(modes) + " |",
+        "|---|" + "---|" * len(modes),
+    ]
+    for profile, projections in rows:
+        by_mode = {r.mode: r.projected for r in projections}
+        cells = " | ".join(_num(by_mode.get(m)) for m in modes)
+        lines.append(f"| {profile.name} | {cells} |")
+    return "\n".join(lines)
+
+
 def seeds_table(rows: list[SeedProjection]) -> str:
     """Markdown: projected vs quoted tok/s for each seed setup."""
     lines = [

@@ -9,13 +9,22 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from duo.bench.profiles import SEEDS, DeviceProfile, bench_profile, seed_profile
+from duo.bench.profiles import (
+    SEEDS,
+    DeviceProfile,
+    bench_profile,
+    is_measured,
+    measured_profiles,
+    seed_profile,
+)
 from duo.bench.projections import (
     LINKS,
+    Projection,
     bench_table,
     bench_trace,
     clients_table,
     free_rounds,
+    placements_table,
     project_bench,
     project_seed_links,
     project_seeds,
@@ -42,7 +51,9 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         default="bench",
         metavar="NAME|FILE.json",
         help="bench: this machine as the report measured it (default); seeds: every seed "
-        f"setup; or one of {', '.join(s.profile.name for s in SEEDS)}; or a JSON profile",
+        f"setup; or one of {', '.join(s.profile.name for s in SEEDS)}; or a JSON profile: "
+        "one setup, or a device-costs file (scripts/gpu/check.sh writes one), a setup per "
+        "placement of the two models on its devices",
     )
     p.add_argument("--k", type=positive, help="draft tokens per round (default: the bench's)")
     p.add_argument("--policy", choices=("adaptive", "fixed"), help="default: the bench's")
@@ -87,7 +98,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         profiles = (
             [s.profile for s in SEEDS]
             if args.profile == "seeds"
-            else [_profile(args.profile, report)]
+            else _profiles(args.profile, report)
         )
         table, out["clients"] = clients_table(profiles, args.clients, free_rounds(report))
         print(table)
@@ -126,35 +137,55 @@ def cmd_sim(args: argparse.Namespace) -> int:
             for r in seeds
         ]
     else:
-        profile = _profile(args.profile, report)
-        rows = project_bench(
-            report, profile, k=k, max_ahead=max_ahead, policy=policy, fanout=args.fanout
-        )
-        if args.profile != "bench":  # measured here, not on that hardware
-            rows = [replace(r, measured=None) for r in rows]
-        print(f"profile: {profile.name}: {profile.note}")
-        print(bench_table(rows))
-        out["profile"] = profile.to_dict()
-        out["modes"] = [
-            {
-                "mode": r.mode,
-                "projected": r.projected,
-                "measured": r.measured,
-                "error_percent": r.error_percent,
-            }
-            for r in rows
-        ]
+        profiles = _profiles(args.profile, report)
+        projected: list[tuple[DeviceProfile, list[Projection]]] = []
+        for profile in profiles:
+            rows = project_bench(
+                report, profile, k=k, max_ahead=max_ahead, policy=policy, fanout=args.fanout
+            )
+            if args.profile != "bench":  # measured here, not on that hardware
+                rows = [replace(r, measured=None) for r in rows]
+            projected.append((profile, rows))
+        if len(projected) == 1:
+            profile, rows = projected[0]
+            print(f"profile: {profile.name}: {profile.note}")
+            print(bench_table(rows))
+            out["profile"] = profile.to_dict()
+            out["modes"] = _modes(rows)
+        else:  # a device-costs file: a setup per placement
+            print(f"acceptance: this machine's pair (above), not {args.profile}'s models")
+            print(placements_table(projected))
+            for profile, _ in projected:
+                print(f"\n{profile.name}: {profile.note}")
+            out["placements"] = [
+                {"profile": p.to_dict(), "modes": _modes(rows)} for p, rows in projected
+            ]
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
 
 
-def _profile(name: str, report: Mapping[str, Any]) -> DeviceProfile:
+def _modes(rows: list[Projection]) -> list[dict[str, Any]]:
+    return [
+        {
+            "mode": r.mode,
+            "projected": r.projected,
+            "measured": r.measured,
+            "error_percent": r.error_percent,
+        }
+        for r in rows
+    ]
+
+
+def _profiles(name: str, report: Mapping[str, Any]) -> list[DeviceProfile]:
     if name == "bench":
-        return bench_profile(report)
+        return [bench_profile(report)]
     if name.endswith(".json"):
-        return DeviceProfile.from_dict(_load_json(name, "profile"), source=name)
-    return seed_profile(name)
+        data = _load_json(name, "profile")
+        if is_measured(data):
+            return measured_profiles(data, source=name)
+        return [DeviceProfile.from_dict(data, source=name)]
+    return [seed_profile(name)]
 
 
 def _load_json(path: str, what: str) -> dict[str, Any]:
