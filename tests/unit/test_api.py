@@ -18,9 +18,9 @@ from starlette.routing import Route, WebSocketRoute
 
 from duo.channel.backs import Backs
 from duo.core.stats import Stats
+from duo.lead.api import Api
 from duo.lead.engine.events import Delta, Done, Job
 from duo.lead.engine.lead import ModelInfo, Props
-from duo.lead.openai.api import Api
 from duo.lead.verifier.service import IDLE_SECONDS
 from duo.lead.web.feed import Feed
 from duo.lead.web.page import Web

@@ -24,6 +24,17 @@ LAYERS = (
     ("__main__",),
 )
 
+# Inside duo.lead, lowest first; the same rules. The engine returns its own objects, never
+# HTTP shapes (protocol); the API's parts (openai, verifier, web) meet only in the app.
+LEAD_LAYERS = (
+    ("schema_refs", "body", "protocol", "engine"),  # request bodies, wire types, the engine
+    ("tools", "format"),  # tool calls and their grammars; error bodies and SSE
+    ("routes",),  # the route table, and the Starlette routes made from it
+    ("openapi", "openai", "verifier", "web"),  # the document; the API's parts
+    ("api",),  # the app: the parts' operations in one table
+    ("build",),  # the composition root
+)
+
 
 def modules() -> dict[str, Path]:
     found = {}
@@ -61,6 +72,12 @@ def package(module: str) -> str:
     return parts[1] if len(parts) > 1 else parts[0]
 
 
+def lead_part(module: str) -> str | None:
+    """The subpackage or module of duo.lead a module is in (None: outside duo.lead)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "lead" else None
+
+
 def test_every_package_has_a_layer() -> None:
     placed = {p for layer in LAYERS for p in layer}
     assert {package(m) for m in modules()} - {"duo"} <= placed
@@ -93,3 +110,19 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
 
     circles = sorted(f"{m} <-> {d}" for m, deps in graph.items() for d in deps if reaches(d, m))
     assert not circles
+
+
+def test_every_part_of_the_lead_has_a_layer() -> None:
+    placed = {p for layer in LEAD_LAYERS for p in layer}
+    assert {lead_part(m) for m in modules()} - {None} == placed
+
+
+def test_imports_inside_the_lead_run_downward() -> None:
+    level = {p: i for i, layer in enumerate(LEAD_LAYERS) for p in layer}
+    upward = sorted(
+        f"{m} imports {d}"
+        for m, deps in imports(modules()).items()
+        for d in deps
+        if (a := lead_part(m)) and (b := lead_part(d)) and a != b and level[b] >= level[a]
+    )
+    assert not upward

@@ -15,10 +15,9 @@ from hypothesis import strategies as st
 from starlette.requests import Request
 
 from duo.errors import DuoError, UsageError, http_status
-from duo.lead.openai.body import decode, read_body
+from duo.lead.body import MAX_SEED, decode, read_body
 from duo.lead.openai.chat import ChatRequest
 from duo.lead.openai.requests import (
-    MAX_SEED,
     CompletionRequest,
     DetokenizeRequest,
     Output,

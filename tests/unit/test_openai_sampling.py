@@ -11,7 +11,7 @@ import pytest
 from duo.core.logprobs import TokenLogprob
 from duo.core.sampling import SamplingParams
 from duo.errors import UsageError
-from duo.lead.openai.body import decode
+from duo.lead.body import decode
 from duo.lead.openai.chat import ChatRequest
 from duo.lead.openai.logprobs import CompletionLogprobs, chat_logprobs
 from duo.lead.openai.requests import CompletionRequest

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from duo.errors import DuoError, http_status
-from duo.lead.openai.body import decode
+from duo.lead.body import decode
 from duo.lead.openai.chat import ChatRequest
 from duo.lead.tools.calls import (
     ToolCallStream,

@@ -21,7 +21,7 @@ from duo.core.stats import SourceStats, Stats
 from duo.core.text import Chunk
 from duo.errors import DuoError
 from duo.lead.engine.events import Delta, deltas
-from duo.lead.openai.format import duo_error_response
+from duo.lead.format import duo_error_response
 from duo.lead.openai.origin import Origin
 from duo.lead.routes import starlette_routes
 from duo.lead.web.feed import Feed, Rates

@@ -12,9 +12,9 @@ from duo.auth import as_keys
 from duo.channel.backs import Backs
 from duo.channel.endpoint import DrafterEndpoint
 from duo.core.text import Chunk
+from duo.lead.api import Api, health_body
 from duo.lead.engine.lead import Lead, LeadConfig
 from duo.lead.engine.metrics import Metrics
-from duo.lead.openai.api import Api, health_body
 from duo.lead.openai.reasoning import Format
 from duo.lead.web.feed import Feed
 from duo.lead.web.page import Web

@@ -27,8 +27,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from duo.errors import AuthError, DuoError
-from duo.lead.openai.body import decode, read_body
-from duo.lead.openai.format import error_response
+from duo.lead.body import decode, read_body
+from duo.lead.format import error_response
 
 log = logging.getLogger(__name__)
 

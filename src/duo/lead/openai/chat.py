@@ -18,7 +18,7 @@ from msgspec import Meta
 
 from duo.core.logprobs import MAX_TOP_LOGPROBS
 from duo.errors import UsageError
-from duo.lead.openai.body import Fields
+from duo.lead.body import Fields
 from duo.lead.openai.requests import Json, Sampling
 from duo.lead.tools.calls import MAX_TOOLS, Tools
 

@@ -22,8 +22,8 @@ from duo.core.stats import Stats
 from duo.errors import GenerationFailed
 from duo.lead.engine.events import Delta, Done, Failed, Job
 from duo.lead.engine.lead import Lead
+from duo.lead.format import sse
 from duo.lead.openai.choices import combined, merged_events
-from duo.lead.openai.format import sse
 from duo.lead.openai.origin import Origin
 from duo.lead.openai.replies import Entry, Reply
 from duo.lead.openai.requests import Output

@@ -7,12 +7,12 @@ place.
     TokenizeRequest     POST /tokenize
     DetokenizeRequest   POST /detokenize
 
-duo.lead.openai.body decodes a body straight into one of these. Field names are OpenAI's,
+duo.lead.body decodes a body straight into one of these. Field names are OpenAI's,
 with llama.cpp server's sampler fields (top_k, min_p, repeat_penalty, repeat_last_n) and
 defaults (duo.core.sampling.SamplingParams, which these defaults are). What depends on the
 model is checked when the request is served (duo.lead.openai.prompts): token IDs against
 the vocabulary, the prompt against the context. The OpenAPI document's schemas are generated
-from these classes (duo.lead.openai.openapi); a test holds its defaults and bounds to the
+from these classes (duo.lead.openapi); a test holds its defaults and bounds to the
 lead's behaviour.
 """
 
@@ -27,18 +27,16 @@ from msgspec import Meta
 from duo.core.logprobs import MAX_TOP_LOGPROBS
 from duo.core.sampling import SamplingParams
 from duo.errors import DuoError, UsageError
-from duo.lead.openai.body import Fields, filled
+from duo.lead.body import MAX_SEED, Fields, TokenId, filled
 from duo.lead.schema_refs import resolve_refs
 from duo.llama.grammar import JSON_OBJECT, json_schema_gbnf
 
 _D = SamplingParams()  # the defaults, llama.cpp server's
 MAX_CHOICES = 128  # OpenAI's bound on `n`
-MAX_SEED = 2**64 - 1  # seeds are 64-bit (msgspec bounds stop at 2**63: checked by hand)
 MAX_STOPS = 4
 MAX_STOP_CHARS = 1024  # the longest stop string (holding text back costs its length squared)
 
 Stop = Annotated[str, Meta(max_length=MAX_STOP_CHARS)]
-TokenId = Annotated[int, Meta(ge=0, description="a token ID, below the model's n_vocab")]
 Json = dict[str, Any]
 
 

@@ -17,8 +17,7 @@ from msgspec import Meta
 
 from duo.core.sampling import SamplingParams
 from duo.errors import DuoError, UsageError
-from duo.lead.openai.body import Fields, filled
-from duo.lead.openai.requests import MAX_SEED, TokenId
+from duo.lead.body import MAX_SEED, Fields, TokenId, filled
 
 _D = SamplingParams()
 MAX_DRAFT = 256  # draft tokens in one verification

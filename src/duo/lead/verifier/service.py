@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -30,7 +30,6 @@ from starlette.responses import JSONResponse, Response
 from duo.core.engine import MainModel, prefill
 from duo.core.verifier import Checked, DraftedGeneration
 from duo.errors import UsageError
-from duo.lead.openai.prompts import Prompts
 from duo.lead.protocol.verifier import Prefilled, Verified, VerifierStats
 from duo.lead.routes import Answer, Operation
 from duo.lead.verifier.requests import (
@@ -49,6 +48,19 @@ class VerifierLead(Protocol):
     """What the verifier needs of the lead (duo.lead.engine.lead.Lead)."""
 
     def call(self, fn: Callable[[MainModel], Any], tokens: list[int]) -> Future[Any]: ...
+
+
+class VerifierPrompts(Protocol):
+    """What the verifier needs to read a prompt (duo.lead.openai.prompts.Prompts, which the
+    app hands in)."""
+
+    async def tokenize(
+        self, text: str, *, add_special: bool, param: str, parse_special: bool = True
+    ) -> list[int]: ...
+
+    def token_ids(self, tokens: Sequence[int], param: str) -> list[int]: ...
+
+    def check_fits(self, tokens: list[int], param: str) -> None: ...
 
 
 @dataclass(eq=False)
@@ -99,7 +111,7 @@ class Verifier:
     def __init__(
         self,
         lead: VerifierLead,
-        prompts: Prompts,
+        prompts: VerifierPrompts,
         *,
         idle_seconds: float = IDLE_SECONDS,
         max_sessions: int = MAX_SESSIONS,

@@ -18,7 +18,7 @@ from importlib import resources
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from duo.lead.openai.format import error_response
+from duo.lead.format import error_response
 from duo.lead.routes import Answer, Operation
 from duo.lead.web.feed import Feed
 

@@ -1,6 +1,7 @@
 """Request bodies: read under the size limit, then decoded into their typed request at once.
 
-    Fields             the base of the request models (duo.lead.openai.requests, .chat)
+    Fields             the base of the request models (duo.lead.openai.requests, .chat;
+                       duo.lead.verifier.requests), with TokenId and MAX_SEED
     read_body(...)     the raw body, never holding more than the limit (413 past it)
     decode(raw, kind)  the body as a `kind`, every field checked, or a UsageError
 
@@ -25,9 +26,10 @@ import json
 import math
 import re
 from contextlib import aclosing
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
+from msgspec import Meta
 from starlette.requests import Request
 
 from duo.errors import RequestTooLarge, UsageError
@@ -36,6 +38,9 @@ T = TypeVar("T")
 S = TypeVar("S", bound=msgspec.Struct)
 
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+MAX_SEED = 2**64 - 1  # seeds are 64-bit (msgspec bounds stop at 2**63: checked by hand)
+TokenId = Annotated[int, Meta(ge=0, description="a token ID, below the model's n_vocab")]
 
 
 class Fields(msgspec.Struct, kw_only=True):

@@ -1,36 +1,26 @@
-"""The lead's HTTP API, in the conventions the `openai` SDK and llama.cpp's server use.
+"""The lead's HTTP API, in the conventions the `openai` SDK and llama.cpp's server use: its
+parts' operations in one route table (duo.lead.routes), served as one Starlette app and
+described by one OpenAPI document (duo.lead.openapi).
 
-    POST /v1/chat/completions   chat, with the model's own chat template (SSE with stream)
-    POST /v1/completions        plain text completion (SSE with stream)
-    GET  /v1/models             the served model
-    GET  /health                liveness, connected drafters, queue
-    GET  /metrics               Prometheus text format
-    WS   /v1/drafter            the drafter channel (duo.channel.protocol)
-    POST /tokenize, /detokenize, /apply-template; GET /props, /slots
+    POST /v1/chat/completions, /v1/completions; GET /v1/models
+                                the OpenAI endpoints (duo.lead.openai.completions)
+    POST /tokenize, /detokenize, /apply-template; GET /props
                                 llama-server's extension endpoints (duo.lead.openai.extensions)
     POST /prefill, /verify; GET /stats
                                 seed 003's verifier, for drafter-driven clients
                                 (duo.lead.verifier.service)
-    GET  /openapi.json          the OpenAPI document of all of these (duo.lead.openapi)
+    GET  /health                liveness, connected drafters, queue
+    GET  /metrics               Prometheus text format
+    GET  /slots                 each slot's state (llama-server's)
+    GET  /openapi.json          the OpenAPI document of all of these
+    WS   /v1/drafter            the drafter channel (duo.channel.protocol)
 
-plus the web page's (duo.lead.web.page), which the composition root hands in. Each is an
-entry of one route table (duo.lead.routes), which both the app's routes and the document
-are made from.
-
-A request's path: its body is read under the size limit and decoded into its typed request
-(duo.lead.openai.body, the models in duo.lead.openai.requests and .chat), once; the handler
-turns it into prompt tokens and the reply's grammar (duo.lead.openai.prompts), then jobs,
-one per choice (duo.lead.openai.choices), and answers whole or streamed
-(duo.lead.openai.delivery, in the shapes of duo.lead.openai.replies and .format).
+plus the web page's (duo.lead.web.page), which the composition root hands in.
 """
 
 from __future__ import annotations
 
-import logging
-import time
-import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
@@ -44,40 +34,17 @@ from starlette.websockets import WebSocket
 from duo.channel import protocol
 from duo.channel.endpoint import DrafterEndpoint
 from duo.errors import DuoError
-from duo.lead.engine.events import Job
 from duo.lead.engine.lead import Lead, Status
 from duo.lead.engine.metrics import Metrics
-from duo.lead.openai.chat import ChatRequest
-from duo.lead.openai.choices import choice_jobs
-from duo.lead.openai.delivery import respond
+from duo.lead.format import duo_error_response, error_response
+from duo.lead.openai.completions import Completions
 from duo.lead.openai.extensions import Extensions
-from duo.lead.openai.format import duo_error_response, error_response
-from duo.lead.openai.logprobs import CompletionLogprobs, chat_logprobs
 from duo.lead.openai.prompts import Prompts
-from duo.lead.openai.reasoning import Format, opened_by
-from duo.lead.openai.replies import ChatReply, CompletionReply, Reply
-from duo.lead.openai.requests import CompletionRequest, Output
+from duo.lead.openai.reasoning import Format
 from duo.lead.openapi import openapi_schema
 from duo.lead.protocol.llama import Health, SlotState
-from duo.lead.protocol.openai import ChatCompletion, ChatCompletionChunk, Completion, Model, Models
 from duo.lead.routes import Answer, Operation, starlette_routes
-from duo.lead.tools.calls import Tools
 from duo.lead.verifier.service import Verifier
-
-log = logging.getLogger(__name__)
-
-STREAMED = "the whole answer, or with `stream` server-sent events"
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A completion or chat request made ready to run (Api.prepare)."""
-
-    jobs: list[Job]  # one per choice
-    output: Output
-    logprobs: bool  # whether the replies carry logprobs
-    text: str = ""  # a chat's prompt, as its template rendered it
-    tools: Tools | None = None  # the tools a chat's reply may call
 
 
 class Api:
@@ -96,8 +63,8 @@ class Api:
         self.drafters = drafters
         self.authorize = authorize
         self.max_body = max_body
-        self.reasoning_format = reasoning_format
         self.prompts = Prompts(lead)
+        self.completions = Completions(lead, self.prompts, reasoning_format)
         self.extensions = Extensions(lead, self.prompts)
         self.verifier = Verifier(lead, self.prompts)
         self._operations: list[Operation] = []  # what the app serves, for its document
@@ -147,23 +114,7 @@ class Api:
                 self.metrics,
                 Answer(description="text format 0.0.4", media="text/plain"),
             ),
-            Operation("GET", "/v1/models", "The served model", self.models, Answer(Models)),
-            Operation(
-                "POST",
-                "/v1/completions",
-                "A text completion",
-                self.completions,
-                Answer(Completion, STREAMED, chunk=Completion),
-                body=CompletionRequest,
-            ),
-            Operation(
-                "POST",
-                "/v1/chat/completions",
-                "A chat completion, through the model's own chat template",
-                self.chat,
-                Answer(ChatCompletion, STREAMED, chunk=ChatCompletionChunk),
-                body=ChatRequest,
-            ),
+            *self.completions.operations(),
             *self.extensions.operations(),
             Operation(
                 "GET",
@@ -228,17 +179,6 @@ class Api:
     async def metrics(self, request: Request) -> Response:
         return PlainTextResponse(self._metrics.render(), media_type="text/plain; version=0.0.4")
 
-    async def models(self, request: Request) -> Response:
-        model: Model = {
-            "id": self.info.name,
-            "object": "model",
-            "created": 0,
-            "owned_by": "duo",
-            "meta": {"n_ctx": self.info.n_ctx, "n_vocab": self.info.n_vocab},
-        }
-        models: Models = {"object": "list", "data": [model]}
-        return JSONResponse(models)
-
     async def openapi(self, request: Request) -> Response:
         if self._document is None:
             self._document = openapi_schema(self._operations)
@@ -246,69 +186,6 @@ class Api:
 
     async def drafter(self, ws: WebSocket) -> None:
         await self.drafters.serve(ws)
-
-    async def completions(self, request: Request, body: CompletionRequest) -> Response:
-        ready = await self.prepare(body)
-        replies = [
-            CompletionReply(
-                i, CompletionLogprobs(self.lead.piece).shape if ready.logprobs else None
-            )
-            for i in range(ready.output.n)
-        ]
-        return await self._respond(request, ready, replies, "cmpl", "text_completion")
-
-    async def chat(self, request: Request, body: ChatRequest) -> Response:
-        ready = await self.prepare(body)
-        shape = (lambda e: chat_logprobs(e, self.lead.piece)) if ready.logprobs else None
-        reasoning = body.reasoning_format or self.reasoning_format
-        reasoning = "deepseek" if reasoning == "auto" else reasoning
-        opened = opened_by(ready.text)
-        replies = [
-            ChatReply(i, ready.tools, shape, reasoning, opened) for i in range(ready.output.n)
-        ]
-        kind = "chat.completion.chunk" if ready.output.stream else "chat.completion"
-        return await self._respond(request, ready, replies, "chatcmpl", kind)
-
-    async def prepare(self, body: CompletionRequest | ChatRequest) -> Prepared:
-        """What a completion and a chat request both go through, in this order (the first
-        fault is the one reported): the sampling and the grammar its response_format asks
-        for; the prompt's tokens (a chat's messages and tools through the chat template, and
-        the grammar of a forced tool call); then one job per choice."""
-        n_ctx, n_vocab = self.info.n_ctx, self.info.n_vocab
-        sampling = body.sampling(n_ctx, n_vocab)
-        sampling = await self.prompts.format_grammar(sampling, body.response_format)
-        text, tools = "", None
-        if isinstance(body, ChatRequest):
-            text, tools = await self.prompts.chat(body)
-            # Rendered, then tokenized: the size check comes between them.
-            tokens = await self.prompts.tokenize(text, add_special=False, param="messages")
-            self.prompts.check_fits(tokens, "messages")
-            if tools is not None and tools.forced:
-                sampling = await self.prompts.tool_grammar(sampling, tools)
-        else:
-            prompt = body.text_or_tokens()
-            if isinstance(prompt, str):
-                tokens = await self.prompts.tokenize(prompt, add_special=True, param="prompt")
-                self.prompts.check_fits(tokens, "prompt")
-            else:  # the length first: a list longer than the context is not read through
-                self.prompts.check_fits(prompt, "prompt")
-                tokens = self.prompts.token_ids(prompt, "prompt")
-        output = body.output()
-        jobs = choice_jobs(tokens, body.max_new_tokens(n_ctx), body.stops(), sampling, output.n)
-        return Prepared(jobs, output, sampling.logprobs is not None, text, tools)
-
-    async def _respond(
-        self, request: Request, ready: Prepared, replies: Sequence[Reply], prefix: str, kind: str
-    ) -> Response:
-        """Run the jobs and answer, whole or streamed, in an envelope of `kind` whose id
-        starts with `prefix`."""
-        meta = {
-            "id": f"{prefix}-{uuid.uuid4().hex[:24]}",
-            "object": kind,
-            "created": int(time.time()),
-            "model": self.info.name,
-        }
-        return await respond(self.lead, request, ready.jobs, meta, replies, ready.output)
 
 
 def health_body(s: Status) -> Health:

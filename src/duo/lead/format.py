@@ -1,4 +1,5 @@
-"""The OpenAI wire format of the lead's answers: errors and SSE events.
+"""The OpenAI wire format of the lead's answers, for every part of its API: errors and SSE
+events.
 
 Errors are OpenAI-style JSON bodies: {"error": {"message", "type", "param", "code"}}. (The
 answers' shapes, `usage` and llama.cpp-style `timings` among them: duo.lead.protocol; the
