@@ -126,7 +126,7 @@ class Check:
             tail = " / ".join((p.stderr or p.stdout).strip().splitlines()[-3:])
             raise RuntimeError(f"{label} exited {p.returncode}: {tail}")
         print(f"[check]   {label}: {seconds:.1f} s", flush=True)
-        self._stdout = p.stdout
+        self._stdout, self._stderr = p.stdout, p.stderr
         return p.stderr
 
     def _log(self, label: str, argv: list[str], text: str, seconds: float) -> None:
@@ -189,6 +189,7 @@ class Check:
              "-no-cnv", "--ignore-eos"],
         )  # fmt: skip
         reference = self._stdout.removeprefix(PROMPT).rstrip("\n")
+        llama = completion_speed(self._stderr + self._stdout)
         pair = ["-m", str(self.main), "-md", str(self.draft), "-ngl", g, "-ngld", g]
         texts, stats = {}, {}
         for mode in ("target", "async"):
@@ -212,6 +213,7 @@ class Check:
             "duo_target": texts["target"][:300],
             "duo_async": texts["async"][:300],
             "duo": stats,
+            "llama_completion_speed": llama,
         }
 
     def costs(self) -> dict[str, Any]:
@@ -470,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     # (step, seconds it needs at least: a step started later is skipped)
     big = not args.tiny
-    check.step("models", check.models, 150 if big else 10)
+    check.step("models", check.models, 0)  # nothing runs without them
     if not check.main.name:
         print("[check] no models: nothing else to do", flush=True)
         return 1
@@ -479,6 +481,12 @@ def main(argv: list[str] | None = None) -> int:
     check.step("defaults", check.defaults, 60 if big else 5)
     check.step("seed002", check.seed002, 90 if big else 5)
     check.results["seconds"] = round(time.monotonic() - t0, 1)
+    shell = check.out / "steps.txt"  # check.sh's own steps: sources, build, python
+    if shell.exists():
+        check.results["shell_steps"] = {
+            name: float(sec)
+            for name, sec in (ln.split() for ln in shell.read_text().split("\n") if ln)
+        }
     check.save()
     steps = check.results["steps"]
     correct = steps.get("correctness", {})

@@ -13,7 +13,12 @@
 #               ($DUO_HOME/llama.cpp/0.3.36-*/bin) where there are some, else a CPU build
 #   --tiny      toy models (synth.py --shape tiny) and few tokens
 #
-# The build is cached in .gpu/work (a second run on the same machine skips it).
+# The build, the Python packages and the models are cached in .gpu-work/ (outside .gpu/,
+# which the device tool replaces at every call: a second run on a warm machine skips
+# them); $DUO_GPU_WORK moves it. $DUO_CHECK_CMAKE_ARGS: more flags for llama.cpp's cmake.
+# $DUO_CHECK_PYTHON: the Python to run duo with (default: this project's .venv where it
+# has duo, else python3.12 or python3 with the packed wheels); DUO_CHECK_BUILD=1: build
+# from the packed sources even with --cpu-only where CPU binaries exist.
 set -euo pipefail
 
 T0=$(date +%s)
@@ -29,16 +34,22 @@ done
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=$(realpath -m "${OUT:-./out}")
 PACK=${DUO_GPU_PACK:-$ROOT/.gpu}
-WORK=${DUO_GPU_WORK:-$PACK/work}
+WORK=${DUO_GPU_WORK:-$ROOT/.gpu-work}
 VERSION=0.3.36
 HOME_DIR=${DUO_HOME:-$HOME/.cache/duo}
 BUDGET=${DUO_CHECK_SECONDS:-540}  # 9 minutes, the build's included
 JOBS=$(nproc 2>/dev/null || echo 2)
 mkdir -p "$OUT" "$WORK"
+rm -f "$OUT/steps.txt"
 exec > >(tee -a "$OUT/check.log") 2>&1
 
 step_start() { STEP=$1; STEP_T=$(date +%s.%N); echo "[check] $STEP ..."; }
-step_end() { printf '[check] %s: %.1f s\n' "$STEP" "$(echo "$(date +%s.%N) - $STEP_T" | bc)"; }
+step_end() {
+  local s
+  s=$(echo "$(date +%s.%N) - $STEP_T" | bc)
+  printf '[check] %s: %.1f s\n' "$STEP" "$s"
+  echo "$STEP $s" >>"$OUT/steps.txt"
+}
 
 # -- sources ---------------------------------------------------------------------------------
 step_start sources
@@ -66,6 +77,8 @@ TARGETS="llama llama-completion llama-server llama-bench llama-quantize"
 FLAGS=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_RPC=ON
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF
   -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DGGML_CCACHE=OFF)
+# shellcheck disable=SC2206  # word splitting meant
+FLAGS+=(${DUO_CHECK_CMAKE_ARGS:-})
 LIB=""
 BIN=""
 if (( GPU )); then
@@ -76,11 +89,11 @@ if (( GPU )); then
   fi
   BUILD=$WORK/build-cuda
   FLAGS+=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)
-else
+elif [[ ${DUO_CHECK_BUILD:-0} != 1 ]]; then
   BIN=$(ls -d "$HOME_DIR"/llama.cpp/$VERSION-*/bin 2>/dev/null | head -1 || true)
   [[ -n $BIN && -x $BIN/llama-completion && -x $BIN/llama-server ]] || BIN=""
-  BUILD=$WORK/build-cpu
 fi
+(( GPU )) || BUILD=$WORK/build-cpu
 if [[ -z $BIN ]]; then
   gen=()
   command -v ninja >/dev/null && gen=(-G Ninja)
@@ -103,8 +116,14 @@ step_end
 
 # -- Python ----------------------------------------------------------------------------------
 step_start python
-PY=$(command -v python3.12 || command -v python3)
-if [[ -x $ROOT/.venv/bin/python ]] && "$ROOT/.venv/bin/python" -c "import duo, llama_cpp" 2>/dev/null; then
+PY=${DUO_CHECK_PYTHON:-}
+if [[ -z $PY ]]; then
+  for c in python3.12 python3; do
+    if "$c" -c "import sys" 2>/dev/null; then PY=$(command -v "$c"); break; fi
+  done
+fi
+if [[ -z ${DUO_CHECK_PYTHON:-} && -x $ROOT/.venv/bin/python ]] &&
+  "$ROOT/.venv/bin/python" -c "import duo, llama_cpp" 2>/dev/null; then
   PY=$ROOT/.venv/bin/python  # this project's venv (here): it has everything
 else
   SITE=$WORK/site

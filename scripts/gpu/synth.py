@@ -79,7 +79,7 @@ def llama_src(arg: str | None) -> Path:
     candidates = [
         arg,
         os.environ.get("DUO_LLAMA_SRC"),
-        here / ".gpu" / "src" / f"llama-cpp-python-{VERSION}",
+        here / ".gpu-work" / "src" / f"llama-cpp-python-{VERSION}",  # check.sh's
         Path(os.environ.get("DUO_HOME", Path.home() / ".cache/duo")) / f"llama.cpp/src-{VERSION}",
     ]
     for c in candidates:
