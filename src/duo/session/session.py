@@ -74,7 +74,7 @@ class Session:
         self.main = Model(
             models.main,
             n_ctx=models.n_ctx,
-            n_threads=models.threads,
+            n_threads=max(models.threads, models.threads_alone),  # the share may lend less
             n_gpu_layers=models.n_gpu_layers,
             devices=device_list(models.devices),
             flash_attn=models.flash_attn,
