@@ -17,7 +17,7 @@ PIN := $(shell $(PYTHON) -c "import os; print('--pin 0:1' if len(os.sched_getaff
 # on the PATH.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup models coder coder15 browser node net demo test unit lint clean
+.PHONY: setup models coder coder15 llamacpp browser node net demo test unit lint clean
 
 setup: $(STAMP)
 
@@ -48,6 +48,12 @@ coder15: $(CODER15)
 $(CODER15): $(CODER)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[coder15]'
 	@touch $@
+
+# llama.cpp's own binaries and its sources, from the pinned llama-cpp-python's sdist, built
+# once and cached in ~/.cache/duo/llama.cpp (~8 minutes on 2 cores): the bench's peers and
+# the GPU kit's tests (scripts/gpu) need them.
+llamacpp: setup
+	@scripts/build-llama-cpp.sh $(BIN)/python >/dev/null
 
 browser:
 	@test -n "$$DUO_CHROMIUM" || command -v chromium >/dev/null || { \
@@ -81,7 +87,7 @@ unit: setup
 
 # One worker per core, each taking whole test files (a file's shared leads and sessions are
 # made once), the integration files first and the many short unit files last.
-test: lint models coder15 browser node net
+test: lint models coder15 llamacpp browser node net
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=15
 
 clean:
