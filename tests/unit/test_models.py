@@ -45,11 +45,11 @@ def test_main_models_are_f16_unless_the_environment_asks_for_bf16(
     assert half_type() == "F16"  # whatever the CPU: exact output first (see half_type)
     monkeypatch.setenv(HALF_ENV, "bf16")
     assert half_type() == "BF16"
-    assert main.filename == "smollm2-135m-instruct-bf16.gguf"
-    assert get_pair("smollm2").path("main").name == main.filename
+    assert main.name() == "smollm2-135m-instruct-bf16.gguf"
+    assert get_pair("smollm2").path("main").name == main.name()
     monkeypatch.setenv(HALF_ENV, "F16")
-    assert main.filename == "smollm2-135m-instruct-f16.gguf"
-    assert ModelFile("smollm2-135m-instruct", "Q3_K_M").filename.endswith("-q3_k_m.gguf")
+    assert main.name() == "smollm2-135m-instruct-f16.gguf"
+    assert ModelFile("smollm2-135m-instruct", "Q3_K_M").name().endswith("-q3_k_m.gguf")
     assert get_pair("smollm2").path("main", "BF16").name == "smollm2-135m-instruct-bf16.gguf"
     assert get_pair("smollm2").path("draft", "BF16").name.endswith("-q3_k_m.gguf")
     monkeypatch.setenv(HALF_ENV, "Q8_0")

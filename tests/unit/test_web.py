@@ -180,7 +180,9 @@ def test_nothing_else_is_served(name: str) -> None:
 def test_no_script_parses_html() -> None:
     """Model text reaches the page as text nodes only: no HTML parsing sinks."""
     for name in ("app.js", "markdown.js"):
-        source = (asset(name) or b"").decode()
+        data = asset(name)
+        assert data is not None, f"{name} is not served"
+        source = data.decode()
         for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
             assert sink not in source, (name, sink)
 

@@ -139,8 +139,6 @@ def cmd_lead(args: argparse.Namespace) -> int:
     config = LeadConfig(
         models=models,
         spec=spec,
-        host=args.host,
-        port=args.port,
         api_key=keys,
         max_body=args.max_body,
         cors_origins=args.cors_origins,

@@ -86,10 +86,6 @@ class ModelFile:
     def name(self, half: str | None = None) -> str:
         return f"{self.stem}-{self.resolved(half).lower()}.gguf"
 
-    @property
-    def filename(self) -> str:
-        return self.name()
-
 
 @dataclass(frozen=True)
 class Pair:

@@ -36,8 +36,6 @@ log = logging.getLogger(__name__)
 class LeadConfig:
     models: ModelConfig
     spec: SpecConfig
-    host: str = "127.0.0.1"  # --host: loopback unless the user says otherwise
-    port: int = 5555  # --port
     api_key: KeySpec = None  # one Bearer key for the API and drafters, or duo.auth.Keys
     # --max-body: larger request bodies are refused (413). A full 128K-token context of
     # JSON-escaped text, with room to spare, and little enough that a hostile body costs the

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 
 class Piece(Protocol):
-    """A piece of streamed text (duo.lead.engine.lead.Delta)."""
+    """A piece of streamed text (duo.lead.engine.events.Delta)."""
 
     @property
     def text(self) -> str: ...

@@ -128,8 +128,8 @@ class Verifier:
     def operations(self) -> list[Operation]:
         """Its part of the route table (duo.lead.routes): seed 003's paths, with and without
         its trailing slash."""
-        prefill = "Start a drafter-driven session afresh (seed 003)"
-        verify = "Verify a client's draft; commit the prefix the main model accepts (seed 003)"
+        prefill = "Start a drafter-driven session afresh"
+        verify = "Verify a client's draft; commit the prefix the main model accepts"
         return [
             *(
                 Operation("POST", path, prefill, self.prefill, Answer(Prefilled), PrefillRequest)
