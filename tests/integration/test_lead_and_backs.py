@@ -26,9 +26,9 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from duo.bench import netns
-from duo.bench.link import delayed
-from duo.bench.netns import FarHost
+from duo.bench.net import netns
+from duo.bench.net.link import delayed
+from duo.bench.net.netns import FarHost
 from duo.channel import protocol as p
 from duo.llama.backend import Model
 
