@@ -136,3 +136,55 @@ def test_a_request_its_client_cancels_ends_cancelled_not_length(
     assert m['duo_requests_ended_total{reason="stop"}'] == 0
     assert m["duo_requests_total"] == 2
     assert m["duo_tokens_generated_total"] == 39 + 5
+
+
+class TwoSlots(FakeSession):
+    slots = 2
+
+
+def test_a_long_prefill_call_takes_turns_with_the_running_requests() -> None:
+    """/prefill and /verify read a long prompt in pieces (duo.core.engine.prefill_steps):
+    between two pieces, the other slots' requests run a round, so a short request that
+    starts meanwhile ends before the long prompt is read, never after it."""
+    from duo.core.engine import prefill_steps
+
+    order: list[str] = []
+    short_done = threading.Event()
+    model = FakeMain(1).models[0]
+    prompt = [1, 2]
+    while len(prompt) < 4000:  # a long prompt the fake model can read
+        prompt.append(model.next_token(prompt))
+
+    def done(stats: Stats, ending: Ending) -> None:
+        order.append("short request done")
+        short_done.set()
+
+    engine = Engine(TwoSlots(), done=done)  # type: ignore[arg-type]
+    try:
+        pieces = 0
+
+        def prefill(seq: Any) -> Any:
+            def steps() -> Any:
+                nonlocal pieces
+                reading = prefill_steps(seq, prompt, piece=100)
+                while True:
+                    try:
+                        next(reading)
+                    except StopIteration as end:
+                        order.append("prefill done")
+                        return end.value
+                    pieces += 1
+                    if pieces == 2:  # the long prompt is being read: a short request comes
+                        engine.submit(Ticket(Job(prompt=[1, 2], max_tokens=3), lambda e: None))
+                    yield  # the engine's turn: other requests' rounds
+
+            return steps()
+
+        call = engine.call(prefill, prompt)
+        filled = call.result(timeout=60)
+        assert short_done.wait(30)
+    finally:
+        engine.close()
+    assert filled.prompt_tokens == 4000
+    assert pieces == 39  # 40 passes of 100 tokens, a turn for the others between two
+    assert order == ["short request done", "prefill done"]

@@ -14,7 +14,7 @@ service all drive it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -142,6 +142,23 @@ def prefill(main: MainModel, prompt: Sequence[int]) -> Prefill:
     reused, missing = reuse(main, prompt)
     if missing:
         main.decode(missing, all_logits=False)
+    return Prefill(len(prompt), reused, time.perf_counter() - t0)
+
+
+PIECE = 512  # prompt tokens a step of prefill_steps reads: a pass of llama.cpp's n_batch
+
+
+def prefill_steps(
+    main: MainModel, prompt: Sequence[int], piece: int = PIECE
+) -> Generator[None, None, Prefill]:
+    """`prefill`, a pass of at most `piece` tokens per step: whoever drives it may run
+    other work between two pieces (the lead's other requests' rounds)."""
+    t0 = time.perf_counter()
+    reused, missing = reuse(main, prompt)
+    for start in range(0, len(missing), piece):
+        main.decode(missing[start : start + piece], all_logits=False)
+        if start + piece < len(missing):
+            yield
     return Prefill(len(prompt), reused, time.perf_counter() - t0)
 
 

@@ -15,10 +15,10 @@ session commits what the main model alone would generate. Past the first disagre
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
-from duo.core.engine import MainModel, prefill
+from duo.core.engine import MainModel, prefill_steps
 from duo.core.sampling import Sampler, SamplingParams, adjusted
 from duo.core.verify import verify
 from duo.errors import PromptTooLong
@@ -49,12 +49,22 @@ class DraftedGeneration:
     def check(self, main: MainModel, draft: Sequence[int]) -> Checked:
         """Verify `draft` after the committed tokens on `main` (a sequence whose KV may hold
         anything: its shared prefix is kept); commit the accepted prefix."""
+        steps = self.check_steps(main, draft)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+    def check_steps(self, main: MainModel, draft: Sequence[int]) -> Generator[None, None, Checked]:
+        """`check`, its committed tokens read again (where the KV no longer holds them) a
+        piece per step (duo.core.engine.prefill_steps)."""
         if len(self.tokens) + len(draft) >= main.n_ctx:
             raise PromptTooLong(
                 f"{len(self.tokens)} tokens and a draft of {len(draft)} do not fit the "
                 f"context of {main.n_ctx}: start again with /prefill"
             )
-        prefill(main, self.tokens)  # the KV holds every committed token but the last
+        yield from prefill_steps(main, self.tokens)  # the KV: every committed token but the last
         logits = main.decode([self.tokens[-1], *draft])  # row i: the token at position i
 
         def sample_at(i: int) -> int:

@@ -21,7 +21,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -68,7 +68,10 @@ class Running:
 
 @dataclass(eq=False)
 class Call:
-    """Work for the engine thread on one sequence of the main model, between rounds."""
+    """Work for the engine thread on one sequence of the main model, between rounds. A
+    call whose fn returns a generator runs a step of it between two rounds, holding its
+    slot until it returns: a long prompt read in pieces, never one pass that holds up
+    everyone else's rounds."""
 
     fn: Callable[[MainModel], Any]
     tokens: list[int]  # what it will evaluate: the free slot that shares most is chosen
@@ -103,6 +106,7 @@ class Engine:
         self._queue: deque[Ticket] = deque()
         self._calls: deque[Call] = deque()
         self._running: dict[int, Running] = {}  # by slot; the engine thread's alone
+        self._stepping: dict[int, tuple[Call, Generator[Any, None, Any]]] = {}  # by slot
         self._wake = threading.Condition()
         self._closing = False
         self._started = threading.Event()
@@ -173,25 +177,28 @@ class Engine:
             while self._next():
                 self._flush()
                 self._round()
+                self._step_calls()
         for running in list(self._running.values()):
             self._end(running, None)
-        for call in self._calls:
+        for call in [*self._calls, *(c for c, _ in self._stepping.values())]:
             call.future.set_exception(DuoError("the lead is shutting down"))
         self._flush()
 
     def _next(self) -> bool:
         """Wait for work, start what the free slots can take; False when closing."""
         with self._wake:
-            while not (self._closing or self._queue or self._running or self._calls):
+            while not (
+                self._closing or self._queue or self._running or self._calls or self._stepping
+            ):
                 self._flush()
                 self._wake.wait()
             if self._closing:
                 return False
-            calls = []
-            if len(self._running) < self.slots:
-                calls, self._calls = list(self._calls), deque()
+            calls: list[Call] = []
+            while self._calls and self._taken() + len(calls) < self.slots:
+                calls.append(self._calls.popleft())
             starting: list[Ticket] = []
-            while self._queue and len(self._running) + len(starting) < self.slots:
+            while self._queue and self._taken() + len(calls) + len(starting) < self.slots:
                 ticket = self._queue.popleft()
                 if not ticket.job.cancelled.is_set():  # nobody waits for it any more
                     starting.append(ticket)
@@ -201,11 +208,38 @@ class Engine:
             self._start(ticket)
         return True
 
+    def _taken(self) -> int:
+        """Slots held: by running requests, and by calls still stepping."""
+        return len(self._running) + len(self._stepping)
+
     def _call(self, call: Call) -> None:
         slot = self._take_slot(call.tokens)
         try:
-            call.future.set_result(call.fn(self.session.main.sequence(slot)))
+            result = call.fn(self.session.main.sequence(slot))
         except Exception as e:
+            call.future.set_exception(e)
+            return
+        if isinstance(result, Generator):
+            self._stepping[slot] = (call, result)
+            self._step(slot)  # its first piece now
+        else:
+            call.future.set_result(result)
+
+    def _step_calls(self) -> None:
+        """A step of every stepping call, after the round: the running requests' rounds
+        and the calls' pieces take turns."""
+        for slot in list(self._stepping):
+            self._step(slot)
+
+    def _step(self, slot: int) -> None:
+        call, steps = self._stepping[slot]
+        try:
+            next(steps)
+        except StopIteration as done:
+            del self._stepping[slot]
+            call.future.set_result(done.value)
+        except Exception as e:
+            del self._stepping[slot]
             call.future.set_exception(e)
 
     def _start(self, ticket: Ticket) -> None:
@@ -247,7 +281,7 @@ class Engine:
         model has a buffer per sequence, and nothing to share."""
         main = self.session.main
         shared = [common_prefix(main.seqs[s], prompt) for s in range(self.slots)]
-        free = [s for s in range(self.slots) if s not in self._running]
+        free = [s for s in range(self.slots) if s not in self._running and s not in self._stepping]
         slot = max(free, key=shared.__getitem__)
         best = max(range(self.slots), key=shared.__getitem__)
         n = min(shared[best], len(prompt) - 1)  # the last token is always fed again

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from duo.core.engine import MainModel, prefill
+from duo.core.engine import MainModel, prefill_steps
 from duo.core.verifier import Checked, DraftedGeneration
 from duo.errors import UsageError
 from duo.lead.protocol.verifier import Prefilled, Verified, VerifierStats
@@ -157,7 +157,9 @@ class Verifier:
         self.prompts.check_fits(tokens, "prompt")
         name = session_name(request, body.session)
         gen = DraftedGeneration(tokens, sampling)
-        await asyncio.wrap_future(self.lead.call(lambda seq: prefill(seq, tokens), tokens))
+        # In pieces, the other requests' rounds between them (duo.lead.engine.jobs.Call)
+        steps = self.lead.call(lambda seq: prefill_steps(seq, tokens), tokens)
+        await asyncio.wrap_future(steps)
         self._forget(name)
         now = self.clock()
         self.sessions[name] = Session(gen, now, now)
@@ -176,7 +178,7 @@ class Verifier:
         draft = self.prompts.token_ids(body.draft_tokens, "draft_tokens")
         async with session.lock:
             gen = session.gen
-            future = self.lead.call(lambda seq: gen.check(seq, draft), [*gen.tokens, *draft])
+            future = self.lead.call(lambda seq: gen.check_steps(seq, draft), [*gen.tokens, *draft])
             checked: Checked = await asyncio.wrap_future(future)
             session.used = self.clock()
         if self.sessions.get(name) is session:  # (not restarted or dropped meanwhile)
