@@ -107,6 +107,7 @@ class Engine:
         self._calls: deque[Call] = deque()
         self._running: dict[int, Running] = {}  # by slot; the engine thread's alone
         self._stepping: dict[int, tuple[Call, Generator[Any, None, Any]]] = {}  # by slot
+        self._owed = 0.0  # seconds of rounds the running requests are owed (see _turn)
         self._wake = threading.Condition()
         self._closing = False
         self._started = threading.Event()
@@ -176,8 +177,7 @@ class Engine:
                 self._started.set()
             while self._next():
                 self._flush()
-                self._round()
-                self._step_calls()
+                self._turn()
         for running in list(self._running.values()):
             self._end(running, None)
         for call in [*self._calls, *(c for c, _ in self._stepping.values())]:
@@ -225,11 +225,20 @@ class Engine:
         else:
             call.future.set_result(result)
 
-    def _step_calls(self) -> None:
-        """A step of every stepping call, after the round: the running requests' rounds
-        and the calls' pieces take turns."""
-        for slot in list(self._stepping):
-            self._step(slot)
+    def _turn(self) -> None:
+        """A round of the running requests, or a step of every stepping call: the two take
+        the engine in turns of equal time. After the calls' pieces took T seconds, the
+        requests' rounds run for T seconds before the next pieces, so a running stream
+        waits for one piece at most, and a long prompt is read at half speed meanwhile."""
+        if self._running and (self._owed > 0 or not self._stepping):
+            t0 = time.perf_counter()
+            self._round()
+            self._owed -= time.perf_counter() - t0
+        elif self._stepping:
+            t0 = time.perf_counter()
+            for slot in list(self._stepping):
+                self._step(slot)
+            self._owed = time.perf_counter() - t0 if self._running else 0.0
 
     def _step(self, slot: int) -> None:
         call, steps = self._stepping[slot]
