@@ -63,6 +63,14 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         help="context size in tokens (0: the model's own; default %(default)s)",
     )
     g.add_argument(
+        "-b",
+        "--batch-size",
+        type=positive,
+        default=512,
+        help="most tokens of the main model in one pass, prompts read in passes of this "
+        "many (llama.cpp's n_batch; llama-server's default is 2048; default %(default)s)",
+    )
+    g.add_argument(
         "-fa",
         "--flash-attn",
         choices=("on", "off", "auto"),
@@ -248,6 +256,7 @@ def model_config(
         rpc=getattr(args, "rpc", None),
         rpcd=getattr(args, "rpcd", None),
         n_ctx=args.ctx_size,
+        n_batch=args.batch_size,
         flash_attn=args.flash_attn,
         cache_types=(args.cache_type_k, args.cache_type_v),
         mmap=not args.no_mmap,

@@ -145,19 +145,21 @@ def prefill(main: MainModel, prompt: Sequence[int]) -> Prefill:
     return Prefill(len(prompt), reused, time.perf_counter() - t0)
 
 
-PIECE = 512  # prompt tokens a step of prefill_steps reads: a pass of llama.cpp's n_batch
+PIECE = 512  # prompt tokens a step of prefill_steps reads, if the model has no n_batch
 
 
 def prefill_steps(
-    main: MainModel, prompt: Sequence[int], piece: int = PIECE
+    main: MainModel, prompt: Sequence[int], piece: int | None = None
 ) -> Generator[None, None, Prefill]:
-    """`prefill`, a pass of at most `piece` tokens per step: whoever drives it may run
-    other work between two pieces (the lead's other requests' rounds)."""
+    """`prefill`, a pass of at most `piece` tokens per step (default: the model's n_batch,
+    -b): whoever drives it may run other work between two pieces (the lead's other
+    requests' rounds)."""
+    size: int = piece if piece is not None else getattr(main, "n_batch", PIECE)
     t0 = time.perf_counter()
     reused, missing = reuse(main, prompt)
-    for start in range(0, len(missing), piece):
-        main.decode(missing[start : start + piece], all_logits=False)
-        if start + piece < len(missing):
+    for start in range(0, len(missing), size):
+        main.decode(missing[start : start + size], all_logits=False)
+        if start + size < len(missing):
             yield
     return Prefill(len(prompt), reused, time.perf_counter() - t0)
 

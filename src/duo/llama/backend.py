@@ -365,6 +365,7 @@ class ModelSequence:
         self.model = model
         self.seq = seq
         self.n_ctx = model.n_ctx
+        self.n_batch = model.n_batch
 
     @property
     def tokens(self) -> list[int]:

@@ -69,6 +69,7 @@ class ModelConfig:
     rpc: str | None = None  # --rpc: the main model's rpc-servers, for processes started with it
     rpcd: str | None = None  # --rpcd: the draft model's
     n_ctx: int = 4096  # -c: context size in tokens (0: the model's own)
+    n_batch: int = 512  # -b: most tokens of the main model in one pass (llama.cpp's n_batch)
     flash_attn: str = "auto"  # -fa: on, off or auto (llama.cpp's choice), for the main model
     cache_types: tuple[str, str] = ("f16", "f16")  # -ctk, -ctv: the main model's KV cache
     mmap: bool = True  # --no-mmap: read the model files into memory instead

@@ -75,6 +75,7 @@ class Session:
             models.main,
             n_ctx=models.n_ctx,
             n_threads=max(models.threads, models.threads_alone),  # the share may lend less
+            n_batch=models.n_batch,
             n_gpu_layers=models.n_gpu_layers,
             devices=device_list(models.devices),
             flash_attn=models.flash_attn,
