@@ -19,10 +19,10 @@ import json
 import os
 from pathlib import Path
 
-from duo.bench import workloads
+from duo.bench.harness import workloads
+from duo.bench.harness.runners import prompt_tokens
+from duo.bench.harness.suite import load_prompts
 from duo.bench.replay import POLICIES, Request, replay
-from duo.bench.runners import prompt_tokens
-from duo.bench.suite import load_prompts
 from duo.core.engine import Generation, run
 from duo.core.policy import CostModel
 from duo.llama.backend import Model

@@ -27,10 +27,10 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from duo.bench.net import netns
-from duo.bench.net.link import delayed
 from duo.bench.net.netns import FarHost
 from duo.channel import protocol as p
 from duo.llama.backend import Model
+from tests.unit.test_link import delayed
 
 from .conftest import Cluster, Proc, health, wait_until
 

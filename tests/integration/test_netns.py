@@ -16,13 +16,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from duo.bench import netns
-from duo.bench.link import delayed
+from duo.bench.net import netns
+from tests.unit.test_link import delayed
 
 pytestmark = pytest.mark.integration
 
 if why := netns.unavailable():
     pytest.skip(why, allow_module_level=True)
+
+
+def leftovers(pid: int) -> list[str]:
+    """The namespaces and interfaces process `pid` made that still exist."""
+    return [name for _, name, owner in netns._ours() if owner == pid]
 
 
 def _default_sigint() -> None:
@@ -42,7 +47,7 @@ def holder() -> Iterator[subprocess.Popen[str]]:
     """A process that makes a namespace, says its name, and waits to be stopped."""
     code = textwrap.dedent("""
         import time
-        from duo.bench.netns import far_host
+        from duo.bench.net.netns import far_host
         with far_host() as host:
             print(host.name, flush=True)
             time.sleep(120)
@@ -56,7 +61,7 @@ def holder() -> Iterator[subprocess.Popen[str]]:
     assert proc.stdout is not None
     name = proc.stdout.readline().strip()
     assert name.startswith(f"duo-{proc.pid}-"), name
-    assert netns.leftovers(proc.pid), "the namespace was not made"
+    assert leftovers(proc.pid), "the namespace was not made"
     yield proc
     proc.kill()
     proc.wait(timeout=30)
@@ -86,7 +91,7 @@ def test_the_far_side_is_another_host_reached_across_the_pair() -> None:
         with socket.socket() as probe:
             probe.settimeout(1)
             assert probe.connect_ex(("127.0.0.1", 7000)) != 0
-    assert netns.leftovers(os.getpid()) == []
+    assert leftovers(os.getpid()) == []
 
 
 def test_a_delayed_link_between_the_two_sides() -> None:
@@ -128,7 +133,7 @@ def test_a_rate_limits_both_ends_and_goes_with_the_namespace() -> None:
         near, far = _qdiscs(host)
         assert "tbf" in near and "50Mbit" in near, near
         assert "tbf" in far and "50Mbit" in far, far
-    assert netns.leftovers(os.getpid()) == []
+    assert leftovers(os.getpid()) == []
 
 
 def test_a_loss_is_netem_or_a_one_line_refusal() -> None:
@@ -139,21 +144,21 @@ def test_a_loss_is_netem_or_a_one_line_refusal() -> None:
             assert "netem" in far and "loss 1%" in far, far
     except netns.NamespaceError as e:  # a kernel without sch_netem, like this project's
         assert "netem" in str(e) and "\n" not in str(e)
-    assert netns.leftovers(os.getpid()) == []
+    assert leftovers(os.getpid()) == []
 
 
 def test_ctrl_c_removes_everything(holder: subprocess.Popen[str]) -> None:
     holder.send_signal(signal.SIGINT)
     holder.wait(timeout=30)
-    assert netns.leftovers(holder.pid) == []
+    assert leftovers(holder.pid) == []
 
 
 def test_what_a_killed_process_left_the_next_one_removes(holder: subprocess.Popen[str]) -> None:
     holder.kill()
     holder.wait(timeout=30)
-    left = netns.leftovers(holder.pid)
+    left = leftovers(holder.pid)
     assert left, "SIGKILL cannot be cleaned up after by the process itself"
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and netns.sweep() == []:  # the pid may linger a moment
         time.sleep(0.1)
-    assert netns.leftovers(holder.pid) == []
+    assert leftovers(holder.pid) == []

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from duo.bench.profiles import bench_profile
-from duo.bench.projections import Projection, project_bench
+from duo.bench.sim.profiles import bench_profile
+from duo.bench.sim.projections import Projection, project_bench
 
 pytestmark = pytest.mark.integration
 

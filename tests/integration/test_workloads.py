@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from duo.bench.clients import load
-from duo.bench.workloads import sessions
+from duo.bench.harness.clients import load
+from duo.bench.harness.workloads import sessions
 from duo.core.sampling import GREEDY
 from duo.llama.backend import Model
 

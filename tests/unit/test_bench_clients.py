@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from duo.bench.clients import ClientsReport, LoadResult, _Client, _stream, _variants
+from duo.bench.harness.clients import ClientsReport, LoadResult, _Client, _stream, _variants
 from duo.core.sampling import GREEDY
 from duo.errors import GenerationFailed
 from duo.session.config import SpecConfig

@@ -6,10 +6,12 @@ from typing import Any
 
 import pytest
 
-from duo.bench.report import ModeResult
-from duo.bench.suite import _take_turns, ceiling
-from duo.bench.variants import parse_variant, split_half, variants
+from duo.bench.harness.report import ModeResult
+from duo.bench.harness.suite import MODES, PEER_MODES, RUNNERS, _take_turns, ceiling, run
+from duo.bench.variants import REMOTE_DRAFT, parse_variant, split_half, variants
 from duo.core.stats import Stats
+from duo.errors import UsageError
+from duo.session.config import ModelConfig, SpecConfig
 
 
 def sync_run(trace: list[tuple[int, int]]) -> ModeResult:
@@ -105,3 +107,14 @@ def test_each_mode_runs_with_each_of_several_main_model_types() -> None:
     assert split_half("llama-server+ngram/k8") == ("llama-server+ngram/k8", None)
     assert parse_variant("lead+back:f2@20ms/BF16") == ("lead+back", 2, 20.0)
     assert parse_variant("llama.cpp-all/F16") == ("llama.cpp-all", None, None)
+
+
+def test_every_mode_has_one_runner() -> None:
+    assert list(RUNNERS) == [*MODES, *PEER_MODES, REMOTE_DRAFT]
+    assert len(set(RUNNERS)) == len(MODES) + len(PEER_MODES) + 1
+
+
+def test_a_mode_without_a_runner_is_refused_before_anything_loads(tmp_path: Any) -> None:
+    models = ModelConfig(main=tmp_path / "none.gguf", draft=tmp_path / "none.gguf")
+    with pytest.raises(UsageError, match="nope: no such mode"):
+        run(models, SpecConfig(), ["sync", "nope"], [], 8, 1, print)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from duo.bench.costs import Profiler
-from duo.bench.report import profile_line
+from duo.bench.harness.costs import Profiler
+from duo.bench.harness.report import profile_line
 from duo.session.config import ModelConfig, SpecConfig
 
 

@@ -35,6 +35,14 @@ LEAD_LAYERS = (
     ("build",),  # the composition root
 )
 
+# Inside duo.bench, lowest first; the same rules. The simulator reads what duo bench
+# measures but never runs it; replay needs neither.
+BENCH_LAYERS = (
+    ("variants", "net"),  # the names of the modes' variants; network emulation
+    ("sim",),  # the simulator, its traces, device profiles and projections
+    ("harness", "replay"),  # duo bench itself; a workload's answers through the policy
+)
+
 
 def modules() -> dict[str, Path]:
     found = {}
@@ -72,10 +80,18 @@ def package(module: str) -> str:
     return parts[1] if len(parts) > 1 else parts[0]
 
 
-def lead_part(module: str) -> str | None:
-    """The subpackage or module of duo.lead a module is in (None: outside duo.lead)."""
+def part(package: str, module: str) -> str | None:
+    """The subpackage or module of duo.PACKAGE a module is in (None: outside it)."""
     parts = module.split(".")
-    return parts[2] if len(parts) > 2 and parts[1] == "lead" else None
+    return parts[2] if len(parts) > 2 and parts[1] == package else None
+
+
+def lead_part(module: str) -> str | None:
+    return part("lead", module)
+
+
+def bench_part(module: str) -> str | None:
+    return part("bench", module)
 
 
 def test_every_package_has_a_layer() -> None:
@@ -124,5 +140,21 @@ def test_imports_inside_the_lead_run_downward() -> None:
         for m, deps in imports(modules()).items()
         for d in deps
         if (a := lead_part(m)) and (b := lead_part(d)) and a != b and level[b] >= level[a]
+    )
+    assert not upward
+
+
+def test_every_part_of_the_bench_has_a_layer() -> None:
+    placed = {p for layer in BENCH_LAYERS for p in layer}
+    assert {bench_part(m) for m in modules()} - {None} == placed
+
+
+def test_imports_inside_the_bench_run_downward() -> None:
+    level = {p: i for i, layer in enumerate(BENCH_LAYERS) for p in layer}
+    upward = sorted(
+        f"{m} imports {d}"
+        for m, deps in imports(modules()).items()
+        for d in deps
+        if (a := bench_part(m)) and (b := bench_part(d)) and a != b and level[b] >= level[a]
     )
     assert not upward

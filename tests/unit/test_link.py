@@ -3,6 +3,7 @@ without reordering or losing a byte."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import socketserver
 import threading
@@ -11,7 +12,20 @@ from collections.abc import Iterator
 
 import pytest
 
-from duo.bench.link import delayed
+from duo.bench.net.link import DelayProxy
+
+
+@contextlib.contextmanager
+def delayed(
+    target: tuple[str, int], rtt_ms: float, jitter_ms: float = 0.0, host: str = "127.0.0.1"
+) -> Iterator[DelayProxy]:
+    """A delay proxy in front of `target` for the block, listening on `host` (its port:
+    `.port`)."""
+    proxy = DelayProxy.started(target, rtt_ms, jitter_ms, host)
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
 
 
 class Echo(socketserver.BaseRequestHandler):

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from duo.bench.llamacpp import ACCEPTED, DECODED, DRAFTED, EVAL, completion_timings, find_bin
+from duo.bench.harness.llamacpp import (
+    ACCEPTED,
+    DECODED,
+    DRAFTED,
+    EVAL,
+    completion_timings,
+    find_bin,
+)
 from duo.errors import UsageError
 
 COMPLETION = """\
@@ -51,7 +58,7 @@ def test_missing_binaries_say_how_to_build_them(tmp_path) -> None:  # type: igno
 
 
 def test_ngram_peers_draft_as_duo_does() -> None:
-    from duo.bench.llamacpp import ngram_flags
+    from duo.bench.harness.llamacpp import ngram_flags
 
     assert ngram_flags("ngram-simple", 8) == [
         "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "8",
@@ -66,8 +73,8 @@ def test_the_default_peers_take_llama_cpps_own_thread_count(
     """llama.cpp-default and llama-server-default run as a user types them: no -t."""
     from pathlib import Path
 
-    from duo.bench import servers
-    from duo.bench.llamacpp import _greedy
+    from duo.bench.harness import servers
+    from duo.bench.harness.llamacpp import _greedy
     from duo.session.config import ModelConfig, SpecConfig
 
     assert "-t" not in _greedy(Path("m.gguf"), "hi", 8, None, 0)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from duo.bench.profiles import SEEDS, DeviceProfile, bench_profile
-from duo.bench.projections import (
+from duo.bench.sim.profiles import SEEDS, DeviceProfile, bench_profile
+from duo.bench.sim.projections import (
     LINKS,
     project_bench,
     project_seed_links,
@@ -17,7 +17,7 @@ from duo.bench.projections import (
     remote_draft_projections,
     seeds_table,
 )
-from duo.bench.sim import (
+from duo.bench.sim.sim import (
     DRAFTER,
     FANOUT_HIT,
     RIGHT,
@@ -30,7 +30,7 @@ from duo.bench.sim import (
     simulate_sync,
     simulate_target,
 )
-from duo.bench.trace import Trace
+from duo.bench.sim.trace import Trace
 from duo.cli.main import main
 from duo.core.draft import Proposal
 from duo.core.policy import CostModel
@@ -391,8 +391,8 @@ def test_a_profile_with_a_draft_batch_curve_round_trips() -> None:
 
 
 def test_free_drafters_replay_their_rounds_on_the_profile() -> None:
-    from duo.bench.profiles import DeviceProfile
-    from duo.bench.sim import simulate_free
+    from duo.bench.sim.profiles import DeviceProfile
+    from duo.bench.sim.sim import simulate_free
 
     cheap = DeviceProfile(name="gpu", main_ms_by_batch={1: 10.0, 9: 11.0}, draft_ms=1.0)
     rounds = [[0, 0], [8, 8], [4, 1], [0, 0]]  # 1 + 9 + 2 + 1 tokens
@@ -510,7 +510,7 @@ DEVICE_COSTS = Path(__file__).with_name("device_costs.json")
 
 
 def test_a_device_costs_file_is_a_profile_per_placement() -> None:
-    from duo.bench.profiles import measured_profiles
+    from duo.bench.sim.profiles import measured_profiles
 
     profiles = {p.name: p for p in measured_profiles(json.loads(DEVICE_COSTS.read_text()))}
     assert sorted(profiles) == [

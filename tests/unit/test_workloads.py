@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from duo.bench.workloads import TOOLS, WORKLOADS, sessions
+from duo.bench.harness.workloads import TOOLS, WORKLOADS, sessions
 
 
 @pytest.mark.parametrize("kind", WORKLOADS)

@@ -117,7 +117,7 @@ class Plain(Oracle):
 
 
 def adaptive(costs: CostModel, model: Recorded) -> Chooser:
-    """The lead's policy (duo.session.Session.policy)."""
+    """The lead's policy (duo.session.session.Session.policy)."""
     return PerSource(costs, frozenset({NGRAM, SUFFIX}))
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from duo.llama.models import HALVES
 
 FANOUT_MODES = ("async", "async+free", "lead+back", "lead+back+free")  # async model drafters
-REMOTE_DRAFT = "llama-server-rd"  # llama.cpp's draft model on an rpc-server (bench.runners)
+REMOTE_DRAFT = "llama-server-rd"  # llama.cpp's draft model on an rpc-server (harness.peers)
 LINK_MODES = ("lead+back", "lead+back+free", "lead+client", REMOTE_DRAFT)  # drafter across a link
 _VARIANT = re.compile(r"(?P<mode>[^:@/]+)(?::f(?P<fanout>\d+))?(?:@(?P<rtt>[\d.]+)ms)?")
 

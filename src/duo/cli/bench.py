@@ -1,5 +1,5 @@
-"""`duo bench`: every mode on the same prompts, side by side (duo.bench.suite), or
-concurrent clients against servers (duo.bench.clients)."""
+"""`duo bench`: every mode on the same prompts, side by side (duo.bench.harness.suite), or
+concurrent clients against servers (duo.bench.harness.clients)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from duo.bench import netns
-from duo.bench.netns import FarHost
-from duo.bench.runners import Prompt
-from duo.bench.servers import SERVERS
-from duo.bench.suite import MODES as BENCH_MODES
-from duo.bench.suite import PEER_MODES
+from duo.bench.harness.runners import Prompt
+from duo.bench.harness.servers import SERVERS
+from duo.bench.harness.suite import MODES as BENCH_MODES
+from duo.bench.harness.suite import PEER_MODES
+from duo.bench.harness.workloads import ANSWER_TOKENS, WORKLOADS, sessions
+from duo.bench.net import netns
+from duo.bench.net.netns import FarHost
 from duo.bench.variants import REMOTE_DRAFT
-from duo.bench.workloads import ANSWER_TOKENS, WORKLOADS, sessions
 from duo.cli.args import (
     add_max_ahead_arg,
     add_model_args,
@@ -71,7 +71,7 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default="chat",
         help="bundled prompts: chat (12 everyday prompts), grounded (18 prompts whose "
         "answers reuse the prompt), all (default %(default)s); with --clients, sessions "
-        "of dependent requests too: agent, multiturn, code-edit (see duo.bench.workloads)",
+        "of dependent requests too: agent, multiturn, code-edit (see duo.bench.harness.workloads)",
     )
     g.add_argument("--repeat", type=positive, default=3, help="repeats of the suite (median)")
     g.add_argument("--draft", type=positive, default=8, metavar="K", help="draft tokens per round")
@@ -190,7 +190,7 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from duo.bench import suite as bench
+    from duo.bench.harness import suite as bench
 
     if args.prompts and args.suite != "chat":
         raise UsageError("give either --prompts FILE or --suite, not both")
@@ -256,11 +256,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(file=sys.stderr)
     print(report.table())
     if args.json:
-        from duo.bench.report import to_json
+        from duo.bench.harness.report import to_json
 
         Path(args.json).write_text(to_json(report))
     if args.plot:
-        from duo.bench.plot import plot
+        from duo.bench.harness.plot import plot
 
         plot(report, Path(args.plot))
     return 0
@@ -302,7 +302,7 @@ def _far_side(args: argparse.Namespace, stack: contextlib.ExitStack) -> FarHost 
 def _bench_clients(
     args: argparse.Namespace, models: ModelConfig, spec: SpecConfig, prompts: list[Prompt]
 ) -> int:
-    from duo.bench import clients
+    from duo.bench.harness import clients
 
     servers = args.servers or [
         s for s in SERVERS if not s.startswith("llama-server") or args.llama_cpp_bin

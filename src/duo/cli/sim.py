@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from duo.bench.profiles import (
+from duo.bench.sim.profiles import (
     SEEDS,
     DeviceProfile,
     bench_profile,
@@ -17,7 +17,7 @@ from duo.bench.profiles import (
     measured_profiles,
     seed_profile,
 )
-from duo.bench.projections import (
+from duo.bench.sim.projections import (
     LINKS,
     Projection,
     bench_table,
@@ -31,7 +31,7 @@ from duo.bench.projections import (
     seed_links_table,
     seeds_table,
 )
-from duo.bench.trace import check_k
+from duo.bench.sim.trace import check_k
 from duo.cli.values import client_counts, non_negative, positive
 from duo.errors import UsageError
 

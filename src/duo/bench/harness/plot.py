@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from duo.bench.report import Report
+from duo.bench.harness.report import Report
 from duo.bench.variants import parse_variant
 from duo.errors import UsageError
 

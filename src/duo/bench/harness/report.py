@@ -20,7 +20,7 @@ class ModeResult:
     overhead_ms_per_round: float
     # duo's modes: a token's time split into the main model's passes (inside llama_decode)
     # and everything else of its rounds (logits read, sampling, verifying, drafts' choice,
-    # bookkeeping); the peers' clocks do not split (see bench.llamacpp)
+    # bookkeeping); the peers' clocks do not split (see duo.bench.harness.llamacpp)
     pass_ms_per_token: float | None = None
     outside_pass_ms_per_token: float | None = None
     wire_bytes_per_token: float | None = None

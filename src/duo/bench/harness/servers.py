@@ -1,4 +1,4 @@
-"""The servers `duo bench --clients` measures (duo.bench.clients): each started afresh on
+"""The servers `duo bench --clients` measures (duo.bench.harness.clients): each started afresh on
 loopback, on the cores its duo counterpart uses, and stopped after its load."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import sys
 
 import httpx
 
-from duo.bench.llamacpp import find_bin, ngram_flags
-from duo.bench.runners import cores_text, wait_ready
+from duo.bench.harness.llamacpp import find_bin, ngram_flags
+from duo.bench.harness.runners import cores_text, wait_ready
 from duo.net import free_port
 from duo.session.config import DEFAULT_SPEC_TYPES, ModelConfig, SpecConfig
 

@@ -5,7 +5,7 @@ let the modes take turns.
     InProcess   target-1, target-all, sync and async: a Session in this process
     LeadBack    `duo lead` and `duo back` as two processes over loopback, through the API
 
-llama.cpp's binaries and servers, the peers to beat, are runners too (duo.bench.peers).
+llama.cpp's binaries and servers, the peers to beat, are runners too (duo.bench.harness.peers).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from duo.bench.link import LOOPBACK, Link
+from duo.bench.net.link import LOOPBACK, Link
 from duo.core.sampling import SamplingParams
 from duo.core.stats import Readiness, SourceStats, Stats
 from duo.errors import UsageError

@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 
-from duo.bench.link import LOOPBACK, Link
-from duo.bench.runners import Prompt, Runner, _devices, prompt_tokens, start_lead
+from duo.bench.harness.runners import Prompt, Runner, _devices, prompt_tokens, start_lead
+from duo.bench.net.link import LOOPBACK, Link
 from duo.core.sampling import SamplingParams
 from duo.core.stats import Stats
 from duo.drafting.client import VerifierClient, drafted

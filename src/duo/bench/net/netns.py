@@ -3,7 +3,7 @@
 `duo bench --rtt` runs each back (and llama.cpp's rpc-server) in one, so that what a lead
 and its drafter say to each other leaves one network stack and enters another through a
 network interface, as between two machines. The delay and jitter come from the bench's
-proxy (`duo.bench.link`) on this side; a rate limit is a `tbf` qdisc on both ends of the
+proxy (`duo.bench.net.link`) on this side; a rate limit is a `tbf` qdisc on both ends of the
 pair; loss is a `netem` qdisc, where the kernel has one.
 
 Needs root and iproute2's `ip` (and `tc` for a rate or loss). Everything made here is
@@ -95,11 +95,6 @@ def sweep() -> list[str]:
     for kind, name in gone:  # a namespace's end of a pair takes the pair with it
         _run("ip", kind, "delete", name, check=False)
     return [name for _, name in gone]
-
-
-def leftovers(pid: int) -> list[str]:
-    """The namespaces and interfaces process `pid` made that still exist."""
-    return [name for _, name, owner in _ours() if owner == pid]
 
 
 def _ours() -> list[tuple[str, str, int]]:

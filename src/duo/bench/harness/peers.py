@@ -1,7 +1,7 @@
 """llama.cpp's own programs as runners of `duo bench`: the peers to beat, on the same
 prompts, models and cores as the duo modes they answer.
 
-    LlamaCpp     llama-completion and llama-speculative-simple (see duo.bench.llamacpp)
+    LlamaCpp     llama-completion and llama-speculative-simple (see duo.bench.harness.llamacpp)
     RemoteDraft  llama-server with its draft model on a ggml rpc-server, across the same
                  delayed link as duo's backs (llama-server-rd)
 """
@@ -14,10 +14,9 @@ from typing import Any, NamedTuple
 
 import httpx
 
-from duo.bench import llamacpp
-from duo.bench.link import LOOPBACK, DelayProxy, Link
-from duo.bench.llamacpp import find_bin, rpc_server_bin
-from duo.bench.runners import (
+from duo.bench.harness import llamacpp
+from duo.bench.harness.llamacpp import find_bin, rpc_server_bin
+from duo.bench.harness.runners import (
     Prompt,
     Runner,
     cores_text,
@@ -25,6 +24,7 @@ from duo.bench.runners import (
     quiet,
     wait_ready,
 )
+from duo.bench.net.link import LOOPBACK, DelayProxy, Link
 from duo.core.stats import Stats
 from duo.net import free_port
 from duo.session.config import ModelConfig, SpecConfig
@@ -57,7 +57,7 @@ class LlamaCppRunner(Runner):
 
 class LlamaCpp(LlamaCppRunner):
     """The same prompts through llama.cpp's binaries, greedy, on the cores of the duo mode
-    each one is the peer of (see duo.bench.llamacpp)."""
+    each one is the peer of (see duo.bench.harness.llamacpp)."""
 
     def __init__(
         self,

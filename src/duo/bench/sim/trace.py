@@ -1,6 +1,6 @@
 """Acceptance traces: how often the draft model agreed with the main model, as a `duo
 bench` sync run recorded it, turned into a match flag for every position of the text: the
-agreement the simulator replays (duo.bench.sim, assumption 1).
+agreement the simulator replays (duo.bench.sim.sim, assumption 1).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Trace:
         return acc
 
     def matches(self) -> list[bool]:
-        """The match flag of every position of the text (duo.bench.sim, assumption 1)."""
+        """The match flag of every position of the text (duo.bench.sim.sim, assumption 1)."""
         bonus_rate = self.acceptance().p(self.k - 1)
         flags: list[bool] = []
         credit = 0.0  # error diffusion: the filled flags match at bonus_rate, no randomness

@@ -69,8 +69,8 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from duo.bench.profiles import DeviceProfile
-from duo.bench.trace import Trace, check_k
+from duo.bench.sim.profiles import DeviceProfile
+from duo.bench.sim.trace import Trace, check_k
 from duo.core.choice import Chooser, Longest, PerSource
 from duo.core.draft import Proposal
 from duo.core.policy import CostModel

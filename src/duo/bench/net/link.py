@@ -10,15 +10,13 @@ they arrived; TCP_NODELAY on both legs, so the proxy adds no batching of its own
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
-from duo.bench.netns import FarHost
+from duo.bench.net.netns import FarHost
 
 CHUNK = 1 << 16
 
@@ -171,19 +169,6 @@ class Link:
         if self.far is None and not self.rtt_ms and not self.jitter_ms:
             return None
         return DelayProxy.started(target, self.rtt_ms, self.jitter_ms, host)
-
-
-@contextlib.contextmanager
-def delayed(
-    target: tuple[str, int], rtt_ms: float, jitter_ms: float = 0.0, host: str = "127.0.0.1"
-) -> Iterator[DelayProxy]:
-    """A delay proxy in front of `target` for the block, listening on `host` (its port:
-    `.port`)."""
-    proxy = DelayProxy.started(target, rtt_ms, jitter_ms, host)
-    try:
-        yield proxy
-    finally:
-        proxy.stop()
 
 
 LOOPBACK = Link()  # no proxy, no namespace

@@ -1,6 +1,6 @@
 """`duo sim`: projections for this machine (against what `duo bench` measured) and for
-the seeds' setups (against what the seeds report), from the profiles in duo.bench.profiles
-replayed through the simulator in duo.sim.
+the seeds' setups (against what the seeds report), from the profiles in duo.bench.sim.profiles
+replayed through the simulator in duo.bench.sim.sim.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from duo.bench.profiles import SEEDS, DeviceProfile, SeedSetup
-from duo.bench.sim import (
+from duo.bench.sim.profiles import SEEDS, DeviceProfile, SeedSetup
+from duo.bench.sim.sim import (
     SIM_MODES,
     remote_draft_ms_per_token,
     simulate,
@@ -19,7 +19,7 @@ from duo.bench.sim import (
     simulate_sync,
     simulate_target,
 )
-from duo.bench.trace import Trace
+from duo.bench.sim.trace import Trace
 from duo.bench.variants import REMOTE_DRAFT, parse_variant
 from duo.errors import UsageError
 

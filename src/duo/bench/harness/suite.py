@@ -26,21 +26,22 @@ import os
 import statistics
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from duo.bench.costs import Profiler
-from duo.bench.link import Link
-from duo.bench.llamacpp import NGRAM_TYPES, find_bin, rpc_server_bin
-from duo.bench.netns import FarHost
-from duo.bench.peers import LlamaCpp, RemoteDraft
-from duo.bench.profiles import DeviceProfile
-from duo.bench.report import ModeResult, Report
-from duo.bench.runners import InProcess, LeadBack, Prompt, Runner, prompt_tokens
-from duo.bench.sim import simulate_async
-from duo.bench.trace import Trace
+from duo.bench.harness.costs import Profiler
+from duo.bench.harness.llamacpp import NGRAM_TYPES, find_bin, rpc_server_bin
+from duo.bench.harness.peers import LlamaCpp, RemoteDraft
+from duo.bench.harness.report import ModeResult, Report
+from duo.bench.harness.runners import InProcess, LeadBack, Prompt, Runner, prompt_tokens
+from duo.bench.harness.verifier import LeadClient
+from duo.bench.net.link import Link
+from duo.bench.net.netns import FarHost
+from duo.bench.sim.profiles import DeviceProfile
+from duo.bench.sim.sim import simulate_async
+from duo.bench.sim.trace import Trace
 from duo.bench.variants import (
     FANOUT_MODES,
     LINK_MODES,
@@ -49,7 +50,6 @@ from duo.bench.variants import (
     split_half,
     variants,
 )
-from duo.bench.verifier import LeadClient
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.errors import UsageError
@@ -57,30 +57,96 @@ from duo.session.config import Mode, ModelConfig, SpecConfig
 from duo.session.session import Session
 from duo.session.threads import with_threads
 
-MODES = (
-    "default",
-    "target-1",
-    "target-all",
-    "sync",
-    "async",
-    "free-1",
-    "free-all",
-    "async+free",
-    "lead+back",
-    "lead+back+free",
-    "lead+client",
-)
 MODEL_ONLY = frozenset({"model"})  # sync, async, lead+back: the draft model alone
 FREE = frozenset({"ngram", "suffix"})  # free-1, free-all: no draft model
-# llama.cpp's own binaries, when available (duo.bench.llamacpp says which is whose peer)
-PEER_MODES = (
-    "llama.cpp",
-    "llama.cpp-all",
-    "llama.cpp-default",
-    "llama.cpp-spec",
-    *(f"llama.cpp-{t}" for t in NGRAM_TYPES),
-    "llama.cpp-spec+ngram",
-)
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What a mode's runner is made of: one variant's label, models, settings and link."""
+
+    label: str
+    models: ModelConfig  # with the variant's main model
+    spec: SpecConfig  # with the variant's fan-out
+    prompts: list[Prompt]
+    n: int
+    sampling: SamplingParams
+    link: Link  # a back's (a draft's), at the variant's round trip
+    llama_cpp_bin: str | None
+    cores: int  # every core the bench may use
+
+    @property
+    def target(self) -> ModelConfig:
+        return replace(self.models, draft=None)
+
+    @property
+    def every_core(self) -> ModelConfig:
+        return replace(self.target, threads=self.cores)
+
+    def in_process(self, models: ModelConfig, spec: SpecConfig) -> Runner:
+        return InProcess(self.label, models, spec, self.prompts, self.n, self.sampling)
+
+
+Opener = Callable[[Opening], Runner]
+
+
+def _default(o: Opening) -> Runner:
+    """As a user runs it: no cores, threads or sources given."""
+    cfg = SpecConfig(draft_max=o.spec.draft_max, max_ahead=o.spec.max_ahead, fanout=o.spec.fanout)
+    return o.in_process(with_threads(o.models, cfg), cfg)
+
+
+def _model(mode: Mode) -> Opener:
+    """sync, async: the draft model alone, in this process."""
+    return lambda o: o.in_process(o.models, replace(o.spec, mode=mode, spec_types=MODEL_ONLY))
+
+
+def _lead_back(types: str) -> Opener:
+    return lambda o: LeadBack(o.label, o.models, o.spec, o.prompts, o.n, o.sampling, types, o.link)
+
+
+def _lead_client(o: Opening) -> Runner:
+    return LeadClient(o.label, o.models, o.spec, o.prompts, o.n, o.sampling, o.link)
+
+
+def _llama_cpp(o: Opening) -> Runner:
+    return LlamaCpp(o.label, o.models, o.spec, o.prompts, o.n, o.llama_cpp_bin)
+
+
+def _remote_draft(o: Opening) -> Runner:
+    return RemoteDraft(o.label, o.models, o.spec, o.prompts, o.n, o.llama_cpp_bin, o.link)
+
+
+# duo's modes, in the order they run and report
+OWN: dict[str, Opener] = {
+    "default": _default,
+    "target-1": lambda o: o.in_process(o.target, replace(o.spec, mode="target", draft_cores=None)),
+    "target-all": lambda o: o.in_process(o.every_core, SpecConfig(mode="target")),
+    "sync": _model("sync"),
+    "async": _model("async"),
+    # free drafters, the main model on the main device
+    "free-1": lambda o: o.in_process(o.target, replace(o.spec, draft_cores=None, spec_types=FREE)),
+    # free drafters need no core: the main model takes them all
+    "free-all": lambda o: o.in_process(
+        o.every_core, replace(o.spec, main_cores=None, draft_cores=None, spec_types=FREE)
+    ),
+    "async+free": lambda o: o.in_process(o.models, o.spec),
+    "lead+back": _lead_back("model"),
+    "lead+back+free": _lead_back("model,ngram"),  # no suffix: see LeadBack
+    "lead+client": _lead_client,
+}
+# llama.cpp's own binaries, when available (duo.bench.harness.llamacpp says which is whose peer)
+PEERS: dict[str, Opener] = {
+    "llama.cpp": _llama_cpp,
+    "llama.cpp-all": _llama_cpp,
+    "llama.cpp-default": _llama_cpp,
+    "llama.cpp-spec": _llama_cpp,
+    **{f"llama.cpp-{t}": _llama_cpp for t in NGRAM_TYPES},
+    "llama.cpp-spec+ngram": _llama_cpp,
+}
+RUNNERS: dict[str, Opener] = {**OWN, **PEERS, REMOTE_DRAFT: _remote_draft}  # every mode
+MODES = tuple(OWN)
+PEER_MODES = tuple(PEERS)
 
 
 SUITES: dict[str, tuple[str, ...]] = {
@@ -215,10 +281,10 @@ def run(
     and MODE/F16; device costs are those of `models`."""
     halves = halves or {}
     modes = variants(modes, fanouts, rtts, list(halves))
-    all_cores = sorted(os.sched_getaffinity(0))
+    cores = len(os.sched_getaffinity(0))
     report = Report(
         machine={
-            "cpus": len(all_cores),
+            "cpus": cores,
             "platform": sys.platform,
             "python": sys.version.split()[0],
         },
@@ -240,6 +306,8 @@ def run(
             "halves": {h: str(path) for h, path in halves.items()},
         },
     )
+    if unknown := [m for m in modes if parse_variant(m)[0] not in RUNNERS]:
+        raise UsageError(f"{unknown[0]}: no such mode (the modes: {', '.join(RUNNERS)})")
     peers = [m for m in modes if m in PEER_MODES or parse_variant(m)[0] == REMOTE_DRAFT]
     if peers and (models.rpc or models.rpcd):
         raise UsageError(f"{peers[0]}: llama.cpp's peers are not given --rpc/--rpcd servers")
@@ -265,36 +333,8 @@ def run(
         spec = replace(base, fanout=fanouts[0] if fanout is None else fanout)
         link = Link(rtts[0] if rtt is None else rtt, jitter_ms, far)  # a back's (a draft's)
         models = replace(base_models, main=halves[half]) if half else base_models
-        target = replace(models, draft=None)
-        every_core = replace(target, threads=len(all_cores))
-        if mode == "default":  # as a user runs it: no cores, threads or sources given
-            cfg = SpecConfig(draft_max=spec.draft_max, max_ahead=spec.max_ahead, fanout=spec.fanout)
-            return InProcess(label, with_threads(models, cfg), cfg, prompts, n, sampling)
-        if mode == "target-1":
-            cfg = replace(spec, mode="target", draft_cores=None)
-            return InProcess(label, target, cfg, prompts, n, sampling)
-        if mode == "target-all":
-            return InProcess(label, every_core, SpecConfig(mode="target"), prompts, n, sampling)
-        if mode in ("sync", "async"):
-            model_mode: Mode = "sync" if mode == "sync" else "async"
-            cfg = replace(spec, mode=model_mode, spec_types=MODEL_ONLY)
-            return InProcess(label, models, cfg, prompts, n, sampling)
-        if mode == "free-1":  # free drafters, the main model on the main device
-            cfg = replace(spec, draft_cores=None, spec_types=FREE)
-            return InProcess(label, target, cfg, prompts, n, sampling)
-        if mode == "free-all":  # free drafters need no core: the main model takes them all
-            cfg = replace(spec, main_cores=None, draft_cores=None, spec_types=FREE)
-            return InProcess(label, every_core, cfg, prompts, n, sampling)
-        if mode == "async+free":
-            return InProcess(label, models, spec, prompts, n, sampling)
-        if mode == REMOTE_DRAFT:
-            return RemoteDraft(label, models, spec, prompts, n, llama_cpp_bin, link)
-        if mode in PEER_MODES:
-            return LlamaCpp(label, models, spec, prompts, n, llama_cpp_bin)
-        if mode == "lead+client":
-            return LeadClient(label, models, spec, prompts, n, sampling, link)
-        types = "model" if mode == "lead+back" else "model,ngram"  # no suffix: see LeadBack
-        return LeadBack(label, models, spec, prompts, n, sampling, types, link)
+        opening = Opening(label, models, spec, prompts, n, sampling, link, llama_cpp_bin, cores)
+        return RUNNERS[mode](opening)
 
     turns = [modes] if interleave else [[mode] for mode in modes]
     results: dict[str, ModeResult] = {}

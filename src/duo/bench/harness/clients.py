@@ -21,7 +21,7 @@ token a chunk).
                      pool, shared by the slots, with duo's key and draft lengths)
 
 Prompts go as text already rendered through the chat template, to /v1/completions: both
-servers read exactly the same tokens. With a workload of sessions (duo.bench.workloads),
+servers read exactly the same tokens. With a workload of sessions (duo.bench.harness.workloads),
 each client plays its sessions turn by turn: every request holds the session's earlier
 turns and the server's own earlier answers, rendered by the bench with the main model's
 chat template.
@@ -38,9 +38,9 @@ from typing import Any
 
 import httpx
 
-from duo.bench.runners import Prompt, prompt_text
-from duo.bench.servers import SPECULATIVE_PEERS, start
-from duo.bench.workloads import Session
+from duo.bench.harness.runners import Prompt, prompt_text
+from duo.bench.harness.servers import SPECULATIVE_PEERS, start
+from duo.bench.harness.workloads import Session
 from duo.core.sampling import SamplingParams
 from duo.errors import GenerationFailed
 from duo.llama.backend import Model
