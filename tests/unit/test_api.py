@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -17,6 +17,7 @@ from openapi_spec_validator import validate
 from starlette.routing import Route, WebSocketRoute
 
 from duo.channel.backs import Backs
+from duo.core.engine import to_the_end
 from duo.core.stats import Stats
 from duo.lead.api import Api
 from duo.lead.engine.events import Delta, Done, Job
@@ -79,9 +80,11 @@ class ScriptedLead:
         pass
 
     def call(self, fn: Callable[[Any], Any], tokens: list[int]) -> Future[Any]:
-        """The verifier's passes, on a scripted main model of 16 tokens."""
+        """The verifier's passes, on a scripted main model of 16 tokens (work done a step at
+        a time, as the engine takes it between rounds, done here at once)."""
         future: Future[Any] = Future()
-        future.set_result(fn(self.model))
+        result = fn(self.model)
+        future.set_result(to_the_end(result) if isinstance(result, Generator) else result)
         return future
 
     async def events(self, job: Job) -> AsyncIterator[Any]:

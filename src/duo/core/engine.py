@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from duo.core.choice import ALONE, Base, Chooser, Longest
 from duo.core.draft import Proposal
@@ -146,6 +146,16 @@ def prefill(main: MainModel, prompt: Sequence[int]) -> Prefill:
 
 
 PIECE = 512  # prompt tokens a step of prefill_steps reads, if the model has no n_batch
+Steps = Generator[None, None, Any]  # work done a step at a time; its return value, its result
+
+
+def to_the_end(steps: Steps) -> Any:
+    """Run stepwise work through all its steps at once: its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
 
 
 def prefill_steps(

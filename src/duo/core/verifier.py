@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
-from duo.core.engine import MainModel, prefill_steps
+from duo.core.engine import MainModel, prefill_steps, to_the_end
 from duo.core.sampling import Sampler, SamplingParams, adjusted
 from duo.core.verify import verify
 from duo.errors import PromptTooLong
@@ -49,12 +49,8 @@ class DraftedGeneration:
     def check(self, main: MainModel, draft: Sequence[int]) -> Checked:
         """Verify `draft` after the committed tokens on `main` (a sequence whose KV may hold
         anything: its shared prefix is kept); commit the accepted prefix."""
-        steps = self.check_steps(main, draft)
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+        checked: Checked = to_the_end(self.check_steps(main, draft))
+        return checked
 
     def check_steps(self, main: MainModel, draft: Sequence[int]) -> Generator[None, None, Checked]:
         """`check`, its committed tokens read again (where the KV no longer holds them) a

@@ -47,7 +47,10 @@ MAX_SESSIONS = 256
 class VerifierLead(Protocol):
     """What the verifier needs of the lead (duo.lead.engine.lead.Lead)."""
 
-    def call(self, fn: Callable[[MainModel], Any], tokens: list[int]) -> Future[Any]: ...
+    def call(self, fn: Callable[[MainModel], Any], tokens: list[int]) -> Future[Any]:
+        """fn(sequence) on the engine thread; a generator it returns is run a step at a
+        time between the other requests' rounds (duo.core.engine.Steps)."""
+        ...
 
 
 class VerifierPrompts(Protocol):
