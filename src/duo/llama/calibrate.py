@@ -1,7 +1,7 @@
 """How long a model's passes take by batch size: the cost model a policy starts from.
 
 Measured once when a session first needs its policy (duo.session), and in rounds spread
-over a bench run for the device profile (duo.bench.costs). Timing a real model is I/O,
+over a bench run for the device profile (duo.bench.harness.costs). Timing a real model is I/O,
 so it lives here, next to the model, while the cost model itself is pure maths
 (duo.core.policy.CostModel).
 """
