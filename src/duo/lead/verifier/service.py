@@ -67,7 +67,7 @@ class VerifierPrompts(Protocol):
 
 
 @dataclass(eq=False)
-class Session:
+class VerifierSession:
     gen: DraftedGeneration
     started: float
     used: float
@@ -91,7 +91,7 @@ class Totals:
     accepted: int = 0
     seconds: float = 0.0
 
-    def add(self, s: Session) -> None:
+    def add(self, s: VerifierSession) -> None:
         self.calls += s.gen.calls
         self.drafted += s.gen.drafted
         self.accepted += s.gen.accepted
@@ -125,7 +125,7 @@ class Verifier:
         self.idle_seconds = idle_seconds
         self.max_sessions = max_sessions
         self.clock = clock
-        self.sessions: dict[str, Session] = {}  # least recently used first
+        self.sessions: dict[str, VerifierSession] = {}  # least recently used first
         self.ended = Totals()  # of the sessions forgotten
 
     def operations(self) -> list[Operation]:
@@ -165,7 +165,7 @@ class Verifier:
         await asyncio.wrap_future(steps)
         self._forget(name)
         now = self.clock()
-        self.sessions[name] = Session(gen, now, now)
+        self.sessions[name] = VerifierSession(gen, now, now)
         self._expire()
         return JSONResponse(Prefilled(prompt_len=len(tokens), prompt_ids=tokens, session=name))
 
