@@ -40,7 +40,7 @@ import httpx
 
 from duo.bench.harness.runners import Prompt, prompt_text
 from duo.bench.harness.servers import SPECULATIVE_PEERS, start
-from duo.bench.harness.workloads import Session
+from duo.bench.harness.workloads import WorkloadSession
 from duo.core.sampling import SamplingParams
 from duo.errors import GenerationFailed
 from duo.llama.backend import Model
@@ -139,7 +139,7 @@ Render = Callable[[list[dict[str, Any]]], str]  # chat messages -> the prompt te
 
 def load(
     url: str,
-    work: list[str] | list[Session],
+    work: list[str] | list[WorkloadSession],
     clients: int,
     n: int,
     sampling: SamplingParams,
@@ -235,7 +235,7 @@ def run(
     models: ModelConfig,
     spec: SpecConfig,
     servers: list[str],
-    prompts: list[Prompt] | list[Session],
+    prompts: list[Prompt] | list[WorkloadSession],
     counts: list[int],
     n: int,
     repeat: int,
@@ -254,9 +254,9 @@ def run(
     variants = _variants(servers, spec, peer_drafts or [spec.draft_max], peer_keys or [3])
     with Model(models.main, n_ctx=512) as model:  # its chat template renders every prompt
         render = _renderer(model)
-        sessions = [p for p in prompts if isinstance(p, Session)]
+        sessions = [p for p in prompts if isinstance(p, WorkloadSession)]
         texts = [prompt_text(model, p) for p in prompts if isinstance(p, Prompt)]
-        work: list[str] | list[Session] = sessions or texts
+        work: list[str] | list[WorkloadSession] = sessions or texts
         warm_up = texts[-1:] or [render([{"role": "user", "content": "Say hello."}])]
         report = ClientsReport(
             {

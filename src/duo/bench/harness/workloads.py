@@ -35,7 +35,7 @@ ANSWER_TOKENS = {"code-edit": 512}
 
 
 @dataclass(frozen=True)
-class Session:
+class WorkloadSession:
     name: str
     system: str | None
     turns: tuple[tuple[Message, ...], ...]  # the messages added before each request
@@ -44,7 +44,7 @@ class Session:
         return [{"role": "system", "content": self.system}] if self.system else []
 
 
-def sessions(kind: str, count: int = SESSIONS, seed: int = 0) -> list[Session]:
+def sessions(kind: str, count: int = SESSIONS, seed: int = 0) -> list[WorkloadSession]:
     """`count` sessions of a workload, the same for the same arguments."""
     make = {"agent": _agent, "multiturn": _multiturn, "code-edit": _code_edit}[kind]
     rng = random.Random(f"{kind}-{seed}")
@@ -82,7 +82,7 @@ CITIES = [("Oslo", "NOK"), ("Rome", "EUR"), ("Tokyo", "JPY"), ("Lima", "PEN"),
 SKIES = ["clear", "light rain", "overcast", "snow showers", "sunny", "fog"]
 
 
-def _agent(rng: random.Random, i: int) -> Session:
+def _agent(rng: random.Random, i: int) -> WorkloadSession:
     (home, _), (away, currency) = rng.sample(CITIES, 2)
     date = f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
     amount = rng.choice([100, 250, 400, 1200])
@@ -105,7 +105,7 @@ def _agent(rng: random.Random, i: int) -> Session:
         f"I fly from {home} to {away} on {date}. Find me a direct flight, tell me the weather "
         f"in {away}, and how much {amount} EUR is in {currency}."
     )
-    return Session(
+    return WorkloadSession(
         f"agent-{i}",
         AGENT_SYSTEM,
         (
@@ -133,12 +133,12 @@ FOLLOW_UPS = [
 ]
 
 
-def _multiturn(rng: random.Random, i: int) -> Session:
+def _multiturn(rng: random.Random, i: int) -> WorkloadSession:
     topic = TOPICS[i % len(TOPICS)]
     follow = FOLLOW_UPS[:]
     rng.shuffle(follow)
     turns = [f"Give me {topic}, one short sentence each.", *follow]
-    return Session(
+    return WorkloadSession(
         f"multiturn-{i}",
         None,
         tuple(({"role": "user", "content": t},) for t in turns),
@@ -151,7 +151,7 @@ NOUNS = ["order", "invoice", "ticket", "parcel", "booking", "account", "device",
 FIELDS = ["name", "price", "quantity", "owner", "status", "created", "weight", "region"]
 
 
-def _code_edit(rng: random.Random, i: int) -> Session:
+def _code_edit(rng: random.Random, i: int) -> WorkloadSession:
     noun = NOUNS[i % len(NOUNS)]
     fields = rng.sample(FIELDS, rng.randint(3, 5))
     file = _python_file(rng, noun, fields)
@@ -167,7 +167,7 @@ def _code_edit(rng: random.Random, i: int) -> Session:
         "Next, change every `ValueError` to `TypeError`. Answer with the whole file again, "
         "in one code block, and nothing else."
     )
-    return Session(
+    return WorkloadSession(
         f"code-edit-{i}",
         None,
         (({"role": "user", "content": first},), ({"role": "user", "content": second},)),
