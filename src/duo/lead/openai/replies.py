@@ -23,9 +23,9 @@ from duo.lead.protocol.openai import (
     CalledTool,
     CalledToolDelta,
     ChatChoice,
+    ChatDelta,
     ChunkChoice,
     CompletionChoice,
-    Delta,
 )
 from duo.lead.tools.calls import ToolCallStream, Tools, parse_tool_calls
 from duo.lead.tools.formats import ToolCall
@@ -96,7 +96,7 @@ class ChatReply:
         self.stream = ToolCallStream(tools.names) if tools is not None else None
         self._held: list[TokenLogprob] = []  # entries of text a tool call may hold back
 
-    def _entry(self, delta: Delta, finish: str | None = None) -> ChunkChoice:
+    def _entry(self, delta: ChatDelta, finish: str | None = None) -> ChunkChoice:
         return {"index": self.index, "delta": delta, "logprobs": None, "finish_reason": finish}
 
     def _with_held(self, entry: ChunkChoice) -> ChunkChoice:

@@ -182,7 +182,7 @@ class ChatCompletion(Envelope):
     timings: Timings
 
 
-class Delta(TypedDict, total=False):
+class ChatDelta(TypedDict, total=False):
     role: Literal["assistant"]
     content: str
     reasoning_content: str
@@ -191,7 +191,7 @@ class Delta(TypedDict, total=False):
 
 class ChunkChoice(TypedDict):
     index: int
-    delta: Delta
+    delta: ChatDelta
     logprobs: ChatLogprobs | None
     finish_reason: Finish
 
