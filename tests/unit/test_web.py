@@ -22,7 +22,7 @@ from duo.core.text import Chunk
 from duo.errors import DuoError
 from duo.lead.engine.events import Delta, deltas
 from duo.lead.format import duo_error_response
-from duo.lead.openai.origin import Origin
+from duo.lead.openai.origin import StreamOrigins
 from duo.lead.routes import starlette_routes
 from duo.lead.web.feed import Feed, Rates
 from duo.lead.web.page import CSP, Web, asset
@@ -51,7 +51,7 @@ def test_an_end_of_generation_token_inside_the_draft_is_not_counted() -> None:
 
 
 def test_held_back_text_carries_its_tokens_to_the_next_chunk() -> None:
-    origin = Origin()
+    origin = StreamOrigins()
     assert origin.of(Delta("", "ngram", 2)) is None  # held back: maybe a stop string
     assert origin.of(Delta("stop?", None, 1)) == {"source": None, "tokens": 3}
     assert origin.of(Delta("x", "back:a", 1)) == {"source": "back:a", "tokens": 1}

@@ -24,7 +24,7 @@ from duo.lead.engine.events import Delta, Done, Failed, Job
 from duo.lead.engine.lead import Lead
 from duo.lead.format import sse
 from duo.lead.openai.choices import combined, merged_events
-from duo.lead.openai.origin import Origin
+from duo.lead.openai.origin import StreamOrigins
 from duo.lead.openai.replies import Entry, Reply
 from duo.lead.openai.requests import Output
 from duo.lead.protocol.openai import timings, usage
@@ -119,7 +119,7 @@ def _stream(
             for entry in reply.start():
                 yield sse(chunk(entry))
         stats: dict[int, Stats] = {}
-        origins = [Origin() for _ in jobs]  # the duo field: where each chunk came from
+        origins = [StreamOrigins() for _ in jobs]  # the duo field: where each chunk came from
         async with aclosing(merged_events(lead, jobs)) as merged:
             async for index, event in merged:
                 if isinstance(event, Delta):

@@ -31,7 +31,7 @@ class Piece(Protocol):
     def tokens(self) -> int: ...
 
 
-class Origin:
+class StreamOrigins:
     """The extension field of each chunk of one stream; None for a piece with no text
     (its tokens are counted with the next chunk)."""
 
