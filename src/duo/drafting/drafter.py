@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from duo.core.draft import Draft, common_prefix
 from duo.core.sampling import Greedy, Logits, Sampler
-from duo.drafting.fanout import Branch, Fanout
+from duo.drafting.fanout import Fanout, FanoutBranch
 from duo.llama.backend import Model, ModelSequence
 
 log = logging.getLogger(__name__)
@@ -291,7 +291,7 @@ class DraftWorker:
         if t.fan is not None:
             t.fan.observe(len(t.mirror.model.tokens), logits)
 
-    def _branch_steps(self, t: Track, committed: list[int]) -> list[Branch]:
+    def _branch_steps(self, t: Track, committed: list[int]) -> list[FanoutBranch]:
         """Follow the commits with `t`'s branches (adopting the one they took), and choose
         this pass's branch steps: none while the chain disagrees with the commits."""
         if t.fan is None:

@@ -48,7 +48,7 @@ def top2(row: Logits) -> tuple[float, int, float]:
 
 
 @dataclass(eq=False)
-class Branch:
+class FanoutBranch:
     """A path that leaves the chain at `fork` with the chain's runner-up token there. Its
     sequence holds the chain's tokens before the fork, then all of its tokens but the last
     (the next to evaluate)."""
@@ -72,11 +72,11 @@ class Fanout:
     def __init__(self, model: Model, seqs: list[int], depth: int) -> None:
         self.model = model
         self.free = list(seqs)
-        self.branches: list[Branch] = []
+        self.branches: list[FanoutBranch] = []
         self.depth = min(depth, FORK_CELLS - 1)
         self.probs: dict[int, tuple[float, int, float]] = {}  # the chain's, by position
 
-    def _tokens(self, b: Branch) -> list[int]:
+    def _tokens(self, b: FanoutBranch) -> list[int]:
         return self.model.sequence(b.seq).tokens
 
     def observe(self, pos: int, logits: Logits) -> None:
@@ -96,7 +96,7 @@ class Fanout:
 
     # -- following the commits -------------------------------------------------------
 
-    def adopt(self, committed: list[int], chain_seq: int) -> Branch | None:
+    def adopt(self, committed: list[int], chain_seq: int) -> FanoutBranch | None:
         """The branch the committed tokens took past its fork, if any, which becomes the
         chain: the other branches and the chain's sequence (`chain_seq`) are dropped, and
         the branch's probabilities become the chain's."""
@@ -133,14 +133,14 @@ class Fanout:
 
     def steps(
         self, chain: list[int], chain_seq: int, n: int, width: int, extending: bool
-    ) -> list[Branch]:
+    ) -> list[FanoutBranch]:
         """Up to `width` branch steps for this pass, none while the chain is `extending`:
         existing branches' next guesses, or new branches forked off the chain (`chain`:
         the committed n tokens and the guesses past them, all but the last in sequence
         `chain_seq`)."""
         if extending:
             return []
-        candidates: list[tuple[float, int, Branch | None]] = [
+        candidates: list[tuple[float, int, FanoutBranch | None]] = [
             (b.gain, b.fork, b) for b in self.branches if b.depth < self.depth
         ]
         forked = {b.fork for b in self.branches}
@@ -158,13 +158,13 @@ class Fanout:
             if b is None:
                 if not self.free:
                     continue
-                b = Branch(self.free.pop(), pos, [self.probs[pos][1]], gain)
+                b = FanoutBranch(self.free.pop(), pos, [self.probs[pos][1]], gain)
                 self.model.fork(chain_seq, b.seq, pos)
                 self.branches.append(b)
             chosen.append(b)
         return chosen
 
-    def took(self, b: Branch, logits: Logits) -> None:
+    def took(self, b: FanoutBranch, logits: Logits) -> None:
         """A branch's last token was evaluated: its next guess, from these logits."""
         probs = top2(logits)
         b.tokens.append(int(np.argmax(logits)))
