@@ -31,7 +31,13 @@ from duo.lead.openai.prompts import Prompts
 from duo.lead.openai.reasoning import Format, opened_by
 from duo.lead.openai.replies import ChatReply, CompletionReply, Reply
 from duo.lead.openai.requests import CompletionRequest, Output
-from duo.lead.protocol.openai import ChatCompletion, ChatCompletionChunk, Completion, Model, Models
+from duo.lead.protocol.openai import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    Completion,
+    ModelEntry,
+    Models,
+)
 from duo.lead.routes import Answer, Operation
 from duo.lead.tools.calls import Tools
 
@@ -79,7 +85,7 @@ class Completions:
         ]
 
     async def models(self, request: Request) -> Response:
-        model: Model = {
+        model: ModelEntry = {
             "id": self.info.name,
             "object": "model",
             "created": 0,

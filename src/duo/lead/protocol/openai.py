@@ -222,7 +222,9 @@ class ModelMeta(TypedDict):
     n_vocab: int
 
 
-class Model(TypedDict):
+class ModelEntry(TypedDict):
+    """An entry of GET /v1/models (the model itself: duo.llama.backend.Model)."""
+
     id: str
     object: Literal["model"]
     created: int
@@ -232,7 +234,7 @@ class Model(TypedDict):
 
 class Models(TypedDict):
     object: Literal["list"]
-    data: list[Model]
+    data: list[ModelEntry]
 
 
 # -- from the engine's figures --------------------------------------------------------------
