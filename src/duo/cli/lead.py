@@ -230,12 +230,12 @@ def _server(on_exit: Callable[[], None], config: uvicorn.Config) -> uvicorn.Serv
     waits for the open responses: the events feed's streams end then, not never."""
     import uvicorn
 
-    class Server(uvicorn.Server):
+    class ExitHookServer(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             on_exit()
             super().handle_exit(sig, frame)
 
-    return Server(config)
+    return ExitHookServer(config)
 
 
 def supervise_lead(args: argparse.Namespace, tls: auth.ServerTls | None = None) -> int:
