@@ -33,7 +33,7 @@ class FunctionCall(Fields, kw_only=True):
     arguments: Annotated[str, Meta(description="JSON text")]
 
 
-class ToolCall(Fields, kw_only=True):
+class AssistantToolCall(Fields, kw_only=True):
     id: str | None = None
     type: Annotated[str | None, Meta(description="function")] = "function"
     function: FunctionCall
@@ -52,7 +52,7 @@ class Message(Fields, kw_only=True):
     name: str | None = None
     tool_call_id: Annotated[str | None, Meta(description="the call a tool result answers")] = None
     tool_calls: Annotated[
-        list[ToolCall] | None, Meta(description="an assistant turn's calls to tools")
+        list[AssistantToolCall] | None, Meta(description="an assistant turn's calls to tools")
     ] = None
     reasoning_content: Annotated[
         str | None, Meta(description="an assistant turn's thoughts, shown to the template")
