@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from duo.errors import UsageError
-from duo.llama.grammar import MAX_SCHEMA_DEPTH, check_bounds, unenforced
+from duo.llama.grammar import MAX_SCHEMA_DEPTH, check_enforceable
 
 # Where a schema holds subschemas: one, a list of them, or a mapping of names to them.
 _ONE = (
@@ -204,17 +204,7 @@ def resolve_refs(schema: Any) -> Any:
     without refs is given back as it is. What the grammar cannot enforce is refused first,
     at its path in the schema as written (duo.llama.grammar checks the result again)."""
     if isinstance(schema, dict):
-        try:
-            where = unenforced(schema)
-        except RecursionError:
-            raise UsageError("the JSON schema is nested too deeply") from None
-        if where:
-            keyword = where.rsplit("/", 1)[1]
-            raise UsageError(
-                f"the JSON schema uses '{keyword}' (at {where[:200]}), which structured "
-                "output cannot enforce"
-            )
-        check_bounds(schema)
+        check_enforceable(schema)
     try:
         body, defs = hoisted(schema)
     except UsageError as e:

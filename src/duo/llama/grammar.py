@@ -174,7 +174,7 @@ def json_schema_gbnf(schema: dict[str, Any]) -> str:
     (`UNENFORCED`: numeric bounds, uniqueItems, not, ...) are refused."""
     from llama_cpp.llama_grammar import json_schema_to_gbnf
 
-    _check_enforceable(schema)
+    check_enforceable(schema)
     try:
         gbnf: str = json_schema_to_gbnf(json.dumps(schema))
     except Exception as e:  # the converter raises what it cannot express, in many types
@@ -195,7 +195,7 @@ def json_schema_rules(schemas: Sequence[tuple[str, dict[str, Any]]]) -> tuple[li
     converter = schema_converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
     names: list[str] = []
     for i, (name, schema) in enumerate(schemas):
-        _check_enforceable(schema)
+        check_enforceable(schema)
         try:
             # The converter rewrites each "#/..." $ref in place as "<url>#/...".
             resolved = converter.resolve_refs(copy.deepcopy(schema), f"schema{i}")
@@ -208,7 +208,8 @@ def json_schema_rules(schemas: Sequence[tuple[str, dict[str, Any]]]) -> tuple[li
     return names, rules
 
 
-def _check_enforceable(schema: dict[str, Any]) -> None:
+def check_enforceable(schema: dict[str, Any]) -> None:
+    """Refuse what a grammar cannot enforce, naming where in the schema it is."""
     try:
         where = unenforced(schema)
     except RecursionError:
