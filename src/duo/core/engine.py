@@ -137,12 +137,10 @@ class Prefill:
 
 
 def prefill(main: MainModel, prompt: Sequence[int]) -> Prefill:
-    """Fill the main KV with all prompt tokens but the last (the first round feeds it)."""
-    t0 = time.perf_counter()
-    reused, missing = reuse(main, prompt)
-    if missing:
-        main.decode(missing, all_logits=False)
-    return Prefill(len(prompt), reused, time.perf_counter() - t0)
+    """Fill the main KV with all prompt tokens but the last (the first round feeds it), in
+    one call of the model's decode (which makes passes of n_batch itself)."""
+    filled: Prefill = to_the_end(prefill_steps(main, prompt, piece=max(1, len(prompt))))
+    return filled
 
 
 PIECE = 512  # prompt tokens a step of prefill_steps reads, if the model has no n_batch
