@@ -110,9 +110,10 @@ class CoreShare:
         self.alone = alone
         self.draft_max = draft_max
         sizes = [n for n in SIZES if n <= draft_max + 1] or [1]
-        self.tables = {
-            SPLIT: _timed(main, split, sizes, all_logits=True),
-            ALONE: _timed(main, alone, sizes, all_logits=True),
+        # the main model's pass costs each way, made once (a pass weighs against them)
+        self.passes = {
+            SPLIT: CostModel(_timed(main, split, sizes, all_logits=True)),
+            ALONE: CostModel(_timed(main, alone, sizes, all_logits=True)),
         }
         self.step = _timed(draft, draft.n_threads, [1], all_logits=False)[1]
         self.state = ALONE
@@ -135,8 +136,9 @@ class CoreShare:
 
     def _estimate(self, acceptance: float) -> Estimate:
         """Both ways' tokens per second by the costs timed at start (duo.core.sharing)."""
-        alone, split = (CostModel(self.tables[s]) for s in (ALONE, SPLIT))
-        return estimate(alone, split, self.step, acceptance, self.draft_max)
+        return estimate(
+            self.passes[ALONE], self.passes[SPLIT], self.step, acceptance, self.draft_max
+        )
 
     def start(self, worker: DraftWorker) -> None:
         """The better way at a typical acceptance."""
@@ -163,8 +165,8 @@ class CoreShare:
         """What the pass took, and what the main model alone on every core would have
         taken for the same tokens."""
         seconds = max(r.seconds for r in rounds)  # one pass: every round's wall time
-        alone = CostModel(self.tables[ALONE])
-        split = self.costs or CostModel(self.tables[SPLIT])
+        alone = self.passes[ALONE]
+        split = self.costs or self.passes[SPLIT]
         k = len(rounds)
         share = alone.cost(k) / k  # a slot's share of a pass of one token per slot
         drafted = [r for r in rounds if r.source == MODEL]
@@ -196,8 +198,8 @@ class CoreShare:
 
     def _take(self, state: str) -> None:
         if self.costs is not None:  # what the passes have shown goes with the old way
-            self.tables[self.state] = dict(self.costs.seconds)
-            self.costs.reset(self.tables[state])
+            self.passes[self.state] = CostModel(self.costs.seconds)
+            self.costs.reset(self.passes[state].seconds)
         switch = state != self.state and self.worker is not None
         self.state = state
         self.main.set_threads(self.alone if state == ALONE else self.split)
