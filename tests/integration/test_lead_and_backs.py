@@ -301,10 +301,18 @@ def test_a_back_across_a_delayed_link_does_not_change_output(
         ) as back,
     ):
         s = stream_completion(lead, LONG_PROMPT, N_LONG)
-        body = chat(lead, CHAT_PROMPT, N)
+        # Drafts across the link come late: a request may end before one is ready, or
+        # while the policy rests their source. Ask again until one was verified (else the
+        # check would be vacuous); every answer must be the main model's.
+        answers: list[dict[str, Any]] = []
+
+        def drafted() -> bool:
+            answers.append(chat(lead, CHAT_PROMPT, N))
+            return bool(answers[-1]["timings"]["draft_n"] > 0)
+
+        wait_until(drafted, 60, "a draft from across the link verified", back)
     assert "duo back: connected" in back.output()
-    assert body["timings"]["draft_n"] > 0, "no draft verified: the check would be vacuous"
-    assert body["choices"][0]["message"]["content"] == refs.chat
+    assert all(a["choices"][0]["message"]["content"] == refs.chat for a in answers)
     assert s.done and s.text == refs.long
     assert s.max_gap() < 1.0, f"the lead stalled {s.max_gap():.2f} s between two chunks"
 
