@@ -354,7 +354,7 @@ def test_schema_grammars_load_in_llama_cpp(model: Model) -> None:
     $refs (through $defs, definitions, the root, recursive): each grammar parses in
     llama.cpp (but for the cases the fixture says it cannot: a 400 when asked for); a
     recursive one takes a tree of any depth and nothing else."""
-    from tests.unit.test_schema_refs import CASES, RESOLVED, schema_gbnf
+    from tests.unit.lead.test_schema_refs import CASES, RESOLVED, schema_gbnf
 
     parses = [c["schema"] for c in CASES if c["duo"] == "grammar"]
     for schema in [*parses, *(schema for schema, _, _ in RESOLVED.values())]:

@@ -11,7 +11,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-GPU = Path(__file__).parents[2] / "scripts" / "gpu"
+GPU = Path(__file__).parents[3] / "scripts" / "gpu"
 
 
 def load(name: str) -> ModuleType:

@@ -16,8 +16,8 @@ from duo.core.sampling import Constraint, Dist, Greedy, Logits, SamplingParams, 
 from duo.drafting.sources import SyncDrafts, SyncSlot
 from duo.errors import GenerationFailed, UsageError
 from duo.llama.backend import Model
+from tests.unit.core.test_sampling import FixedLogits, ProposeAlways, chi_square
 from tests.unit.fakes import FakeModel, corrupted, generate, table_model
-from tests.unit.test_sampling import FixedLogits, ProposeAlways, chi_square
 
 
 def test_logit_bias_then_penalties_as_llama_cpp_computes_them() -> None:

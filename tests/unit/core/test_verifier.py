@@ -5,7 +5,7 @@ from __future__ import annotations
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.verifier import DraftedGeneration
 
-from .fakes import FakeModel, corrupted, generate, reference, table_model
+from ..fakes import FakeModel, corrupted, generate, reference, table_model
 
 PROMPT = [1, 2, 3]
 

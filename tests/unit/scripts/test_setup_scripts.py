@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-SCRIPT = Path(__file__).parents[2] / "scripts" / "llama-wheel.sh"
+SCRIPT = Path(__file__).parents[3] / "scripts" / "llama-wheel.sh"
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 case "$*" in

@@ -29,7 +29,7 @@ from duo.session.config import SpecConfig
 from duo.session.share import Sharing
 from duo.supervisor.supervise import Supervisor, Worker
 from tests.unit.fakes import FakeModel, table_model
-from tests.unit.test_tools import QWEN25, SMOLLM2, WEATHER, renderer
+from tests.unit.lead.test_tools import QWEN25, SMOLLM2, WEATHER, renderer
 
 N_VOCAB = 1000
 N_CTX = 256
