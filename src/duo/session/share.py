@@ -17,7 +17,11 @@ acceptance it could not pay. Then:
   round one pass each. That is measured, not modelled: the slowdown of two models
   running together, drafts that were not ready, the policy's choices are all in it.
   Every `WINDOW` tokens, if the main model alone would have been clearly faster, the
-  drafter rests.
+  drafter rests. A drafter given its cores first catches up with the text (a pass over
+  what was generated while it rested), which says nothing of what its drafts are worth:
+  the first look at the choice comes `JUDGED` tokens after its first verified draft,
+  from those tokens only (or a window after it got its cores, if no draft was verified),
+  so that a look at a drafter that still does not pay costs a quarter of a window.
 - While it rests (held: it decodes nothing, and catches up when released), the main model
   has every core. Now and then, at intervals that double each time a look shows no gain,
   the drafter gets its cores back for a window, if it could pay at a good acceptance.
@@ -48,6 +52,7 @@ from duo.llama.models import duo_home
 log = logging.getLogger(__name__)
 
 WINDOW = 256  # tokens emitted between two looks at the choice
+JUDGED = 64  # tokens after a drafter's first verified draft before the first look at it
 PRIOR = 0.7  # a drafter's acceptance before it is measured
 HOPE = 0.85  # the acceptance a resting drafter must be able to pay at for a look
 FIRST_LOOK = 8  # windows before a resting drafter is first given its cores again
@@ -133,6 +138,7 @@ class CoreShare:
         self._look_at = -1  # when that look is due (tokens emitted; -1: none)
         self._seconds = {SPLIT: 0.0, ALONE: 0.0}  # this window's passes, and alone's
         self._tokens = 0  # this window's, beside the drafter
+        self._warming = False  # given its cores, the drafter has had no draft verified yet
 
     def _estimate(self, acceptance: float) -> Estimate:
         """Both ways' tokens per second by the costs timed at start (duo.core.sharing)."""
@@ -155,6 +161,10 @@ class CoreShare:
         if not rounds:
             return
         if self.state == SPLIT:
+            if self._warming and any(r.source == MODEL for r in rounds):
+                self._warming = False  # caught up: what it is worth counts from here
+                self._seconds, self._tokens = {SPLIT: 0.0, ALONE: 0.0}, 0
+                self._next = self._emitted + JUDGED
             self._weigh(rounds)
         self._emitted += sum(len(r.tokens) for r in rounds)
         if self._emitted >= self._next:
@@ -201,6 +211,8 @@ class CoreShare:
             self.passes[self.state] = CostModel(self.costs.seconds)
             self.costs.reset(self.passes[state].seconds)
         switch = state != self.state and self.worker is not None
+        if state == SPLIT != self.state:
+            self._warming = True  # judged soon after its first verified draft
         self.state = state
         self.main.set_threads(self.alone if state == ALONE else self.split)
         if self.worker is not None:

@@ -12,7 +12,7 @@ from duo.core.engine import Round
 from duo.core.policy import CostModel
 from duo.core.sharing import ALONE, MARGIN, SPLIT, Estimate, estimate, split_rate
 from duo.session import share
-from duo.session.share import FIRST_LOOK, WINDOW, CoreShare
+from duo.session.share import FIRST_LOOK, JUDGED, WINDOW, CoreShare
 
 
 def costs(single: float, eight_to_one: float) -> dict[int, float]:
@@ -167,3 +167,24 @@ def test_a_drafter_that_might_pay_rests_first_and_gets_a_look_later(
     assert s.state == ALONE
     passes(s, 1, SMOL_ALONE[1], None, WINDOW)
     assert (s.state, main.n_threads, worker.held) == (SPLIT, 3, False)
+
+
+def test_a_look_is_judged_soon_after_the_drafter_caught_up_and_by_its_drafts_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The catch-up after a rest (no draft of its own yet) says nothing of what the
+    drafter is worth and is not counted; a drafter that still does not pay rests again
+    JUDGED tokens after its first verified draft, a quarter of a window."""
+    s, main, worker = make_share(monkeypatch, SMOL_ALONE, SMOL_SPLIT, 0.0046)
+    passes(s, 1, SMOL_ALONE[1], None, FIRST_LOOK * WINDOW)
+    assert s.state == SPLIT
+    passes(s, 1, 1.0, None, 20)  # catching up: slow passes without a model draft
+    assert s.state == SPLIT
+    losing = SMOL_SPLIT[2] * 1.5  # its 2 tokens a round cost more than 2 passes alone
+    passes(s, 2, losing, "model", JUDGED // 2 - 1)
+    assert s.state == SPLIT
+    passes(s, 2, losing, "model", 1)
+    assert (s.state, main.n_threads, worker.held) == (ALONE, 4, True)
+    expected = s.sharing().expected
+    assert expected[SPLIT] == pytest.approx(2 / losing)  # the catch-up left out
+    assert expected[ALONE] == pytest.approx(1 / SMOL_ALONE[1], rel=0.01)
