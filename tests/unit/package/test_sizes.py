@@ -17,7 +17,6 @@ TABLE = 5
 # Longer than LIMIT now, to be split; this list may only shrink (a function split or made
 # shorter must leave it, and none may join it).
 LONG = {
-    "duo.bench.harness.suite.run",
     "duo.llama.backend.Model.__init__",
 }
 

@@ -283,11 +283,7 @@ def run(
     modes = variants(modes, fanouts, rtts, list(halves))
     cores = len(os.sched_getaffinity(0))
     report = Report(
-        machine={
-            "cpus": cores,
-            "platform": sys.platform,
-            "python": sys.version.split()[0],
-        },
+        machine={"cpus": cores, "platform": sys.platform, "python": sys.version.split()[0]},
         settings={
             "main": str(models.main),
             "draft": str(models.draft),
@@ -306,6 +302,35 @@ def run(
             "halves": {h: str(path) for h, path in halves.items()},
         },
     )
+    _check_modes(modes, models, llama_cpp_bin)
+    target = replace(models, draft=None)
+    profiler = Profiler(models, spec, spec.draft_max + 1, _mean_context(target, prompts, n))
+    link = Link(jitter_ms=jitter_ms, far=far)  # a back's (a draft's), at each variant's rtt
+    base = Opening("", models, spec, prompts, n, sampling, link, llama_cpp_bin, cores)
+
+    def measure(what: str = "measuring a round") -> None:
+        if costs:
+            log(f"device costs: {what}")
+            profiler.measure()
+
+    def open_runner(label: str) -> Runner:
+        log(f"{label}: loading")
+        return RUNNERS[parse_variant(label)[0]](_opening(label, base, fanouts, rtts, halves))
+
+    results = _run_modes(modes, interleave, open_runner, measure, len(prompts), repeat, log)
+    measure("last round")
+    report.profile = profiler.result()
+    report.modes = [results[mode] for mode in modes]
+    _note_variants(report.modes, fanouts, rtts)
+    _compare(report.modes)
+    first = variants(["sync"], fanouts, rtts, list(halves))[0]  # with the profile's model
+    report.ceiling_tokens_per_second = _ceiling(report, first, spec.draft_max)
+    return report
+
+
+def _check_modes(modes: list[str], models: ModelConfig, llama_cpp_bin: str | None) -> None:
+    """Refuse, before anything loads, an unknown mode, and llama.cpp's peers given
+    --rpc/--rpcd servers or without the binaries they run."""
     if unknown := [m for m in modes if parse_variant(m)[0] not in RUNNERS]:
         raise UsageError(f"{unknown[0]}: no such mode (the modes: {', '.join(RUNNERS)})")
     peers = [m for m in modes if m in PEER_MODES or parse_variant(m)[0] == REMOTE_DRAFT]
@@ -317,25 +342,39 @@ def run(
     if any(parse_variant(mode)[0] == REMOTE_DRAFT for mode in modes):
         find_bin(llama_cpp_bin, "llama-server")
         rpc_server_bin(llama_cpp_bin)
-    base, base_models = spec, models
-    target = replace(models, draft=None)
-    profiler = Profiler(models, spec, spec.draft_max + 1, _mean_context(target, prompts, n))
 
-    def measure(what: str = "measuring a round") -> None:
-        if costs:
-            log(f"device costs: {what}")
-            profiler.measure()
 
-    def open_runner(label: str) -> Runner:
-        log(f"{label}: loading")
-        mode, fanout, rtt = parse_variant(label)
-        half = split_half(label)[1]
-        spec = replace(base, fanout=fanouts[0] if fanout is None else fanout)
-        link = Link(rtts[0] if rtt is None else rtt, jitter_ms, far)  # a back's (a draft's)
-        models = replace(base_models, main=halves[half]) if half else base_models
-        opening = Opening(label, models, spec, prompts, n, sampling, link, llama_cpp_bin, cores)
-        return RUNNERS[mode](opening)
+def _opening(
+    label: str,
+    base: Opening,
+    fanouts: Sequence[int],
+    rtts: Sequence[float],
+    halves: dict[str, Path],
+) -> Opening:
+    """`base` as the variant `label` runs: with its fan-out, its back's round trip and its
+    main model (the first fan-out and round trip where the label names none)."""
+    _, fanout, rtt = parse_variant(label)
+    half = split_half(label)[1]
+    return replace(
+        base,
+        label=label,
+        models=replace(base.models, main=halves[half]) if half else base.models,
+        spec=replace(base.spec, fanout=fanouts[0] if fanout is None else fanout),
+        link=replace(base.link, rtt_ms=rtts[0] if rtt is None else rtt),
+    )
 
+
+def _run_modes(
+    modes: list[str],
+    interleave: bool,
+    open_runner: Callable[[str], Runner],
+    measure: Callable[[], None],
+    count: int,
+    repeat: int,
+    log: Any,
+) -> dict[str, ModeResult]:
+    """Every mode, all loaded at once and taking turns (`interleave`), or each alone in
+    turn; each runner closed once its turn is done."""
     turns = [modes] if interleave else [[mode] for mode in modes]
     results: dict[str, ModeResult] = {}
     for group in turns:
@@ -347,31 +386,41 @@ def run(
                 runner = open_runner(mode)
                 stack.callback(runner.close)
                 runners.append(runner)
-            results.update(_take_turns(runners, len(prompts), repeat, log, measure, interleave))
-    measure("last round")
-    report.profile = profiler.result()
-    report.modes = [results[mode] for mode in modes]
-    for m in report.modes:
+            results.update(_take_turns(runners, count, repeat, log, measure, interleave))
+    return results
+
+
+def _note_variants(
+    results: list[ModeResult], fanouts: Sequence[int], rtts: Sequence[float]
+) -> None:
+    """Each result's fan-out and round trip, where its mode has them."""
+    for m in results:
         base_mode, fanout, rtt = parse_variant(m.mode)
         if base_mode in FANOUT_MODES:
             m.fanout = fanouts[0] if fanout is None else fanout
         if base_mode in LINK_MODES:
             m.rtt_ms = rtts[0] if rtt is None else rtt
-    by_mode = {m.mode: m for m in report.modes}
-    for m in report.modes:
+
+
+def _compare(results: list[ModeResult]) -> None:
+    """Each result's speedups over target-1 and sync, those with the same main model."""
+    by_mode = {m.mode: m for m in results}
+    for m in results:
         half = split_half(m.mode)[1]
         same = f"/{half}" if half else ""  # against the modes with the same main model
         if (alone := by_mode.get("target-1" + same)) is not None:
             m.speedup_vs_target_1 = m.tokens_per_second / alone.tokens_per_second
         if (sync := by_mode.get("sync" + same)) is not None:
             m.speedup_vs_sync = m.tokens_per_second / sync.tokens_per_second
-    first = variants(["sync"], fanouts, rtts, list(halves))[0]  # with the profile's model
-    sync = by_mode.get(first)
-    if sync is not None and report.profile:
-        report.ceiling_tokens_per_second = ceiling(
-            report.profile["main_ms_by_batch"], sync, spec.draft_max
-        )
-    return report
+
+
+def _ceiling(report: Report, sync_mode: str, k: int) -> float | None:
+    """The report's ceiling (see ceiling) from its `sync_mode` run; None without that run
+    or without measured device costs."""
+    sync = {m.mode: m for m in report.modes}.get(sync_mode)
+    if sync is None or not report.profile:
+        return None
+    return ceiling(report.profile["main_ms_by_batch"], sync, k)
 
 
 def _take_turns(
