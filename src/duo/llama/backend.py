@@ -130,50 +130,18 @@ class Model:
         _check_gguf_file(self.path)
         lib = _llama()
         self._lib = lib
-
-        mparams = lib.llama_model_default_params()
-        mparams.n_gpu_layers = n_gpu_layers
-        if devices is not None:  # where its offloaded layers may go (rpc.device_list)
-            mparams.devices = ctypes.cast(devices, ctypes.c_void_p)
-        mparams.use_mmap = mmap
-        mparams.split_mode = SPLIT_MODES[split.mode]
-        mparams.main_gpu = split.main_gpu
-        if split.tensor:  # kept until the model has loaded, which reads it
-            proportions = (ctypes.c_float * lib.llama_max_devices())(*split.tensor[:MAX_DEVICES])
-            mparams.tensor_split = proportions
-        self._model = lib.llama_model_load_from_file(str(self.path).encode(), mparams)
-        if not self._model:
-            raise ModelError(f"llama.cpp could not load {self.path} (corrupt or unsupported GGUF)")
-        if lib.llama_model_is_recurrent(self._model) or lib.llama_model_is_hybrid(self._model):
-            lib.llama_model_free(self._model)
-            raise ModelError(
-                f"{self.path.name}: recurrent/hybrid models cannot roll back their state "
-                "to a token position, which speculative decoding needs"
-            )
+        self._model = self._load(devices, mmap, split)
 
         n_train = lib.llama_model_n_ctx_train(self._model)
         n_ctx = min(n_ctx, n_train) if n_ctx > 0 else n_train
-        cparams = lib.llama_context_default_params()
         if forks and deterministic:
             raise ValueError("forks share KV cells: a deterministic model has none to share")
         spare = 1 if deterministic else 0  # a cell per sequence for the padding
-        cparams.n_ctx = (n_ctx + spare) * n_seq + FORK_CELLS * forks
-        cparams.n_batch = n_batch
-        cparams.n_ubatch = n_batch
-        cparams.n_seq_max = n_seq + forks
         self.shares_cells = not deterministic and n_seq + forks > 1  # one KV buffer (`fork`)
-        cparams.kv_unified = self.shares_cells
-        cparams.n_threads = n_threads
-        cparams.n_threads_batch = n_threads
-        cparams.no_perf = True
-        cparams.flash_attn_type = {"on": 1, "off": 0, "auto": -1}[flash_attn]
-        cparams.type_k, cparams.type_v = (
-            getattr(lib, f"GGML_TYPE_{t.upper()}") for t in cache_types
+        cells = (n_ctx + spare) * n_seq + FORK_CELLS * forks
+        self._ctx = self._new_context(
+            cells, n_batch, n_seq + forks, n_threads, flash_attn, cache_types
         )
-        self._ctx = lib.llama_init_from_model(self._model, cparams)
-        if not self._ctx:
-            lib.llama_model_free(self._model)
-            raise ModelError(f"llama.cpp could not create a context for {self.path}")
 
         self.vocab = Vocabulary(lib, self._model)
         self._mem = lib.llama_get_memory(self._ctx)
@@ -197,6 +165,63 @@ class Model:
         self._batch = lib.llama_batch_init(n_batch, 0, 1)
         self._logits_address: int | None = None
         self._logits_view: Logits = np.empty((0, self.n_vocab), dtype=np.float32)
+
+    def _load(self, devices: ctypes.Array[ctypes.c_void_p] | None, mmap: bool, split: Split) -> Any:
+        """The llama model in self.path, its layers offloaded as asked; refused where it
+        cannot roll back to a token position (recurrent, hybrid)."""
+        lib = self._lib
+        mparams = lib.llama_model_default_params()
+        mparams.n_gpu_layers = self.n_gpu_layers
+        if devices is not None:  # where its offloaded layers may go (rpc.device_list)
+            mparams.devices = ctypes.cast(devices, ctypes.c_void_p)
+        mparams.use_mmap = mmap
+        mparams.split_mode = SPLIT_MODES[split.mode]
+        mparams.main_gpu = split.main_gpu
+        if split.tensor:  # kept until the model has loaded, which reads it
+            proportions = (ctypes.c_float * lib.llama_max_devices())(*split.tensor[:MAX_DEVICES])
+            mparams.tensor_split = proportions
+        model = lib.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not model:
+            raise ModelError(f"llama.cpp could not load {self.path} (corrupt or unsupported GGUF)")
+        if lib.llama_model_is_recurrent(model) or lib.llama_model_is_hybrid(model):
+            lib.llama_model_free(model)
+            raise ModelError(
+                f"{self.path.name}: recurrent/hybrid models cannot roll back their state "
+                "to a token position, which speculative decoding needs"
+            )
+        return model
+
+    def _new_context(
+        self,
+        cells: int,
+        n_batch: int,
+        n_seq_max: int,
+        n_threads: int,
+        flash_attn: str,
+        cache_types: tuple[str, str],
+    ) -> Any:
+        """A llama.cpp context on self._model with a KV buffer of `cells` cells, one buffer
+        for every sequence where they share cells (self.shares_cells), else one each; the
+        model is freed if none can be made."""
+        lib = self._lib
+        cparams = lib.llama_context_default_params()
+        cparams.n_ctx = cells
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_seq_max = n_seq_max
+        cparams.kv_unified = self.shares_cells
+        cparams.n_threads = n_threads
+        cparams.n_threads_batch = n_threads
+        cparams.no_perf = True
+        cparams.flash_attn_type = {"on": 1, "off": 0, "auto": -1}[flash_attn]
+        cparams.type_k, cparams.type_v = (
+            getattr(lib, f"GGML_TYPE_{t.upper()}") for t in cache_types
+        )
+        ctx = lib.llama_init_from_model(self._model, cparams)
+        if not ctx:
+            lib.llama_model_free(self._model)
+            raise ModelError(f"llama.cpp could not create a context for {self.path}")
+        return ctx
 
     # -- lifecycle -------------------------------------------------------------------
 
