@@ -215,8 +215,12 @@ class DraftWorker:
         return next((t for t in self.tracks if t.key == key), None)
 
     def _changed(self, track: Track) -> None:
+        """A track's committed tokens moved: the worker is woken only if it may decode for
+        it (a held or resting worker would wake to find nothing to do, every round, on
+        cores the main model is using: it sees the change when it is released)."""
         track.version += 1
-        self._cv.notify()
+        if not self._held and not track.resting:
+            self._cv.notify()
 
     # -- the worker thread -----------------------------------------------------------
 

@@ -5,6 +5,8 @@ import time
 from collections.abc import Callable
 from typing import cast
 
+import pytest
+
 from duo.core.draft import Draft
 from duo.drafting.drafter import DraftWorker, Mirror
 from duo.drafting.sources import ThreadDrafts
@@ -138,10 +140,15 @@ class WatchedCondition(threading.Condition):
     def __init__(self) -> None:
         super().__init__()
         self.waits = 0
+        self.notifies = 0
 
     def wait(self, timeout: float | None = None) -> bool:
         self.waits += 1  # the lock is held here
         return super().wait(timeout)
+
+    def notify(self, n: int = 1) -> None:
+        self.notifies += 1
+        super().notify(n)
 
     def next_wait(self, act: Callable[[], None]) -> None:
         """Do `act`, then return once the worker has begun a wait after it."""
@@ -154,25 +161,36 @@ class WatchedCondition(threading.Condition):
             time.sleep(0.001)
 
 
-def test_a_resting_worker_hears_commits_without_decoding_then_catches_up_in_one_batch() -> None:
+@pytest.mark.parametrize("pause", ["rest", "hold"])
+def test_a_paused_worker_is_not_woken_by_commits_then_catches_up_in_one_batch(
+    pause: str,
+) -> None:
+    """Resting (for one generation) or held (for all, its cores lent to the main model),
+    the worker sleeps through every commit: woken each round, it would take a core from
+    the main model for nothing. Released, it decodes the missed commits in one batch."""
     table = table_model(22)
     model = FakeModel(table)
     published = Published()
     worker = DraftWorker(cast(Model, model), published, max_ahead=3)
     cv = worker._cv = WatchedCondition()
     worker.start()
+
+    def paused(on: bool) -> None:
+        worker.rest(0, on) if pause == "rest" else worker.hold(on)
+
     try:
         worker.begin(0, [1, 2])
         published.wait_for(0, 2, 3)
-        # A wait begun after rest(True) is a resting one: the worker checks `resting` under
-        # the lock before every decode, so from here on it cannot decode until rest(False).
-        cv.next_wait(lambda: worker.rest(0, True))
-        calls = len(model.decode_calls)
+        # A wait begun after the pause is a paused one: the worker checks under the lock
+        # before every decode, so from here on it cannot decode until it is released.
+        cv.next_wait(lambda: paused(True))
+        calls, notifies = len(model.decode_calls), cv.notifies
         committed = [1, 2, *[(t + 1) % 16 or 1 for t in reference(table, [1, 2], 10)]]
-        # The commit wakes the worker; it goes back to its wait without a decode.
-        cv.next_wait(lambda: worker.commit(0, 2, committed[2:]))
-        assert len(model.decode_calls) == calls  # heard, not evaluated
-        worker.rest(0, False)
+        for n in range(3, len(committed) + 1):
+            worker.commit(0, 2, committed[2:n])
+        assert cv.notifies == notifies  # heard, and no one woken
+        assert len(model.decode_calls) == calls
+        paused(False)
         draft = published.wait_for(0, len(committed), 3)
         assert model.decode_calls[calls] >= 9  # the missed commits, in one batch
         assert draft.tokens == tuple(reference(table, committed, 3))
