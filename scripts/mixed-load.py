@@ -7,11 +7,12 @@ measured alone:
 
   pass        a /v1/completions whose prompt is exactly n_batch tokens, max_tokens 1: one
               full pass of n_batch tokens on this host (best of 2)
-  completion  a streaming greedy request of ~200 tokens runs; once its first chunk came, a
-              --prompt-tokens prompt goes to /v1/completions (max_tokens 1), and 1 s later
-              a greedy 16-token chat request (the short request). Measured: the short
-              request's latency, the stream's largest gap between chunks while the long
-              prompt was read, and the long prompt's own time
+  completion  a --prompt-tokens prompt goes to /v1/completions (max_tokens 1), and 1 s
+              later a greedy 16-token chat request (the short request): its latency, and
+              the long prompt's time. Then another prompt as long (nothing of it
+              cached) beside a running greedy stream: the stream's largest gap
+              between chunks while the long prompt is read. (Two requests at a time
+              each: both fit -np 2, so no request waits for a free slot.)
   prefill     duo only: the same, with the long prompt sent to duo's POST /prefill
 
 Prompts are deterministic text, sized with the server's own /tokenize and sent as token IDs,
@@ -48,7 +49,7 @@ from duo.session.config import resolve_models
 SLOTS = 2
 STREAM: dict[str, Any] = {
     "prompt": "10, 20, 30,",
-    "max_tokens": 200,
+    "max_tokens": 4000,  # closed once the long prompt beside it has been read
     "temperature": 0,
     "stream": True,
 }
@@ -145,7 +146,8 @@ def measure(name: str, cmd: list[str], prompt_tokens: int) -> list[dict[str, Any
         for scenario in ("completion", "prefill") if name == "duo" else ("completion",):
             wait_idle(url)
             long = prompt(url, prompt_tokens, next(variant))
-            result = mixed_load(url, scenario, long)
+            again = prompt(url, prompt_tokens, next(variant))
+            result = mixed_load(url, scenario, long, again)
             row = {"server": name, "scenario": scenario, "n_batch": n_batch}
             rows.append({**row, "pass_ms": 1000 * min(passes), **result})
             print(f"mixed-load: {name} {scenario}: {json.dumps(result)}", file=sys.stderr)
@@ -188,12 +190,45 @@ def wait_idle(url: str) -> None:
         time.sleep(0.1)
 
 
-def mixed_load(url: str, scenario: str, long: list[int]) -> dict[str, Any]:
-    """The running stream, the long prompt once the stream's first chunk came, and the
-    short request SHORT_AFTER seconds later: their figures."""
-    chunks: list[float] = []
-    first = threading.Event()
+def mixed_load(url: str, scenario: str, long: list[int], again: list[int]) -> dict[str, Any]:
+    """Two runs of the long prompt, each beside one other request (both fit -np 2): the
+    short request SHORT_AFTER seconds after it, then a stream running while it is read."""
+    if scenario == "prefill":
+        path, body = "/prefill", {"prompt": long, "session": "mixed-load"}
+    else:
+        path, body = "/v1/completions", {"prompt": long, "max_tokens": 1}
     times: dict[str, tuple[float, float]] = {}
+    short = threading.Thread(target=timed, args=(url, "/v1/chat/completions", SHORT, times))
+    later = threading.Timer(SHORT_AFTER, short.start)
+    later.start()
+    timed(url, path, body, times, "long")
+    later.join()
+    short.join(TIMEOUT)
+    wait_idle(url)
+    body = {**body, "prompt": again}  # another prompt as long: nothing of it is cached
+    if scenario == "prefill":
+        body["session"] = "mixed-load-2"
+    chunks = streamed_beside(url, path, body, times)
+    return figures(chunks, times)
+
+
+def timed(
+    url: str, path: str, body: dict[str, Any], times: dict[str, Any], what: str = "short"
+) -> None:
+    started = time.monotonic()
+    r = httpx.post(f"{url}{path}", json=body, timeout=TIMEOUT)
+    if r.status_code != 200:
+        sys.exit(f"mixed-load: {path} answered {r.status_code}: {r.text[:300]}")
+    times[what] = started, time.monotonic()
+
+
+def streamed_beside(
+    url: str, path: str, body: dict[str, Any], times: dict[str, Any]
+) -> list[float]:
+    """A greedy stream's chunk times, from its first chunk until the long prompt (sent
+    then) has been read; the stream is closed then (the server cancels it)."""
+    chunks: list[float] = []
+    first, done = threading.Event(), threading.Event()
 
     def stream() -> None:
         with httpx.stream("POST", f"{url}/v1/completions", json=STREAM, timeout=TIMEOUT) as r:
@@ -203,47 +238,30 @@ def mixed_load(url: str, scenario: str, long: list[int]) -> dict[str, Any]:
                 if choices and choices[0].get("text"):
                     chunks.append(time.monotonic())
                     first.set()
+                if done.is_set():
+                    return
 
-    def timed(what: str, path: str, body: dict[str, Any]) -> None:
-        started = time.monotonic()
-        r = httpx.post(f"{url}{path}", json=body, timeout=TIMEOUT)
-        if r.status_code != 200:
-            sys.exit(f"mixed-load: {path} answered {r.status_code}: {r.text[:300]}")
-        times[what] = started, time.monotonic()
-
-    long_request: tuple[str, str, dict[str, Any]]
-    if scenario == "prefill":
-        long_request = ("long", "/prefill", {"prompt": long, "session": "mixed-load"})
-    else:
-        long_request = ("long", "/v1/completions", {"prompt": long, "max_tokens": 1})
-    threads = [
-        threading.Thread(target=stream),
-        threading.Thread(target=timed, args=long_request),
-        threading.Thread(target=timed, args=("short", "/v1/chat/completions", SHORT)),
-    ]
-    threads[0].start()
+    reader = threading.Thread(target=stream)
+    reader.start()
     if not first.wait(TIMEOUT):
         sys.exit("mixed-load: the stream sent nothing")
-    threads[1].start()
-    time.sleep(SHORT_AFTER)
-    threads[2].start()
-    for t in threads:
-        t.join(TIMEOUT)
-    if set(times) != {"long", "short"}:
-        sys.exit("mixed-load: a request failed")
-    return figures(chunks, times)
+    timed(url, path, body, times, "beside")
+    done.set()
+    reader.join(TIMEOUT)
+    return chunks
 
 
 def figures(chunks: list[float], times: dict[str, tuple[float, float]]) -> dict[str, Any]:
     """The short request's and the long prompt's seconds, and the stream's largest gap
-    between chunks that overlaps the long prompt's reading."""
-    start, end = times["long"]
+    between chunks that overlaps the long prompt's reading (its second run)."""
+    start, end = times["beside"]
     gaps = [b - a for a, b in itertools.pairwise(chunks) if b > start and a < end]
     return {
         "short_s": times["short"][1] - times["short"][0],
         "stream_gap_s": max(gaps, default=0.0),
-        "long_s": end - start,
-        "stream_outlasted_long": chunks[-1] >= end,  # else the gap covers part of it only
+        "long_s": times["long"][1] - times["long"][0],
+        "long_beside_stream_s": end - start,
+        "stream_outlasted_long": bool(chunks) and chunks[-1] >= end,
     }
 
 
