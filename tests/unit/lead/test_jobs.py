@@ -3,8 +3,10 @@ ended, as its log line, its Done event and /metrics tell it."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -30,6 +32,7 @@ class FakeMain:
 
     n_batch = 512
     shares_cells = False
+    on_pass: Any = None  # sees (prompt tokens, other tokens) of every pass
 
     def __init__(self, slots: int) -> None:
         table = table_model(1)
@@ -48,6 +51,8 @@ class FakeMain:
         parts: Sequence[tuple[int, Sequence[int]]],
         prefill: Sequence[tuple[int, Sequence[int]]] = (),
     ) -> list[np.ndarray]:
+        if self.on_pass is not None:
+            self.on_pass(sum(len(t) for _, t in prefill), sum(len(t) for _, t in parts))
         for slot, tokens in prefill:
             self.models[slot].decode(tokens, all_logits=False)
         return [self.models[slot].decode(tokens) for slot, tokens in parts]
@@ -188,3 +193,69 @@ def test_a_long_prefill_call_takes_turns_with_the_running_requests() -> None:
     assert filled.prompt_tokens == 4000
     assert pieces == 39  # 40 passes of 100 tokens, a turn for the others between two
     assert order == ["short request done", "prefill done"]
+
+
+class Paced(FakeSession):
+    """Slots whose rounds cost what a pass holds: whole passes by default, a few
+    prompt tokens in a round held within a stretch."""
+
+    def __init__(self, on_pass: Any, slots: int) -> None:
+        self.slots = slots
+        super().__init__()
+        self.main.on_pass = on_pass
+
+    def costs(self) -> Any:
+        def room(decoding: int, stretch: float, most: int, admitted: int) -> int:
+            return most if stretch == float("inf") else min(most, 4)
+
+        return SimpleNamespace(room=room)
+
+
+def long_prompt(n: int) -> list[int]:
+    model = FakeMain(1).models[0]
+    prompt = [1, 2]
+    while len(prompt) < n:  # a long prompt the fake model can read
+        prompt.append(model.next_token(prompt))
+    return prompt
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["alone", "beside a stream"])
+def test_a_short_request_is_not_held_behind_a_long_prompt(stream: bool) -> None:
+    """A 4,000-token prompt is read in passes of n_batch. A short request that comes
+    meanwhile is read first (the shortest prompt first) and answered in the running
+    requests' turns, which take as long as the long prompt's passes: it ends before the
+    long prompt is read, never after it; a running stream waits one pass at a time."""
+    order: list[str] = []
+    passes: list[tuple[int, int]] = []  # (prompt tokens, tokens decoded) of each pass
+    short = Ticket(Job(prompt=[1, 2, 3], max_tokens=8), lambda e: record(e, "short"))
+    sent = threading.Event()
+
+    def record(event: Event, name: str) -> None:
+        if isinstance(event, Done):
+            order.append(name)
+
+    def on_pass(read: int, decoded: int) -> None:
+        passes.append((read, decoded))
+        time.sleep(0.001 + 0.00002 * (read + decoded))  # a pass's time grows with its size
+        if sum(1 for r, _ in passes if r > 100) == 2 and not sent.is_set():
+            sent.set()  # the long prompt is being read: the short request comes
+            engine.submit(short)
+
+    engine = Engine(Paced(on_pass, 3 if stream else 2))  # type: ignore[arg-type]
+    try:
+        if stream:  # a running request, in its own slot until the test ends
+            engine.submit(Ticket(Job(prompt=[1, 2], max_tokens=3000), lambda e: None))
+        engine.submit(
+            Ticket(Job(prompt=long_prompt(4000), max_tokens=1), lambda e: record(e, "long"))
+        )
+        deadline = time.monotonic() + 30
+        while len(order) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        engine.close()
+    assert order == ["short", "long"]
+    big = [i for i, (read, _) in enumerate(passes) if read > 100]
+    assert len(big) >= 7  # the long prompt in passes of up to n_batch
+    if stream:  # after the pass that read the stream's prompt too, never two in a row
+        assert all(b - a > 1 for a, b in itertools.pairwise(big[1:]))

@@ -18,4 +18,11 @@ def test_a_prompt_that_ends_in_the_pass_leaves_room_for_its_first_round() -> Non
     assert pieces([[1] * 12], 12) == [[1] * 11]  # it ends in the next pass instead
     assert pieces([[1] * 11], 12) == [[1] * 11]
     assert pieces([[1] * 5, [2] * 9], 12) == [[1] * 5, [2] * 6]  # 5 + 1, then 6 left
-    assert pieces([[1] * 3, [2] * 2], 4) == [[1] * 3]  # no room for the second one's token
+    assert pieces([[1] * 2, [2] * 3], 4) == [[1] * 2, [2]]  # then what is left: a piece
+
+
+def test_the_shortest_prompt_is_read_first() -> None:
+    """A short request that comes while a long prompt is read is not held behind it."""
+    assert pieces([[1] * 900, [2] * 5], 12) == [[2] * 5, [1] * 6]
+    assert pieces([[1] * 3, [2] * 2], 4) == [[2] * 2, [1]]  # the older one, a token of it
+    assert pieces([[1] * 3, [2] * 3], 4) == [[1] * 3]  # as long: the older first

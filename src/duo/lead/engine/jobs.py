@@ -37,16 +37,21 @@ from duo.session.session import Session, pinned
 
 log = logging.getLogger(__name__)
 
-# While other requests run, a new prompt may be evaluated in pieces alongside their rounds:
-# a round with a piece costs at most `stretch` times a round of every admitted request (the
-# running ones and those reading their prompts), by the measured cost of a pass, so the
-# running requests' inter-token latency grows by that much at most while a prompt is read;
-# a piece has at least PIECE_LEAST tokens, so every prompt moves on. By default there is no
-# bound (PIECE_STRETCH): a prompt is read whole beside the others' rounds, as llama-server
-# reads it. With four clients that halved the time to first token against a stretch of
-# 2.5, and the throughput was the same or better (docs/bench/prompt-pieces.md);
-# `duo lead --prompt-stretch` sets a bound.
+# While other requests run, a new prompt is evaluated in pieces alongside their rounds.
+# By default (PIECE_STRETCH, no bound) a prompt longer than what one pass holds is read in
+# turns of equal time with the running requests (see Engine._turn): a pass of up to n_batch
+# prompt tokens beside their tokens, then as long in rounds that carry at most TURN_STRETCH
+# times a round's cost of prompt tokens, shortest prompt first. A running stream then waits
+# for one pass at most, a short request that comes meanwhile is read and answered in the
+# running requests' turn, not after the long prompt, and the long prompt is read at half
+# speed or more. A prompt that fits one pass is read in it, as llama-server reads it (with
+# four clients on agent sessions that halved the time to first token against a stretch of
+# 2.5 at the same throughput, docs/bench/prompt-pieces.md). `duo lead --prompt-stretch X`
+# bounds every round instead: one with a piece costs at most X times a round of every
+# admitted request (the running ones and those reading their prompts), by the measured
+# cost of a pass; a piece has at least PIECE_LEAST tokens, so every prompt moves on.
 PIECE_STRETCH = math.inf
+TURN_STRETCH = 1.5
 PIECE_LEAST = 4
 
 
@@ -98,6 +103,8 @@ class Engine:
         reads a piece of a new prompt costs at most `stretch` times a round without it."""
         self.session = session
         self.stretch = stretch
+        # the running requests' turn reads prompts within this (see _turn)
+        self._turn_stretch = TURN_STRETCH if stretch == math.inf else stretch
         self.slots = session.slots
         self._show = show
         self._done = done
@@ -226,19 +233,31 @@ class Engine:
             call.future.set_result(result)
 
     def _turn(self) -> None:
-        """A round of the running requests, or a step of every stepping call: the two take
-        the engine in turns of equal time. After the calls' pieces took T seconds, the
-        requests' rounds run for T seconds before the next pieces, so a running stream
-        waits for one piece at most, and a long prompt is read at half speed meanwhile."""
-        if self._running and (self._owed > 0 or not self._stepping):
-            t0 = time.perf_counter()
-            self._round()
+        """The running requests' turn, or a turn of the pieces: the steps of every stepping
+        call and a round that reads prompts in whole passes. The two take the engine in
+        turns of equal time: after the pieces took T seconds, the requests' rounds run for
+        T seconds, reading only as much prompt as keeps a round within TURN_STRETCH of its
+        cost. So a running stream waits for one turn of pieces at most, and a long prompt
+        is read at half speed or more meanwhile. With no request past its prompt, nobody
+        waits: every turn is one of pieces. With --prompt-stretch X every round reads
+        prompts within X, and only the calls' steps take turns."""
+        decoding = any(not r.prompt for r in self._running.values())
+        t0 = time.perf_counter()
+        if decoding and self._owed > 0:
+            self._round(self._turn_stretch)
             self._owed -= time.perf_counter() - t0
-        elif self._stepping:
-            t0 = time.perf_counter()
-            for slot in list(self._stepping):
-                self._step(slot)
-            self._owed = time.perf_counter() - t0 if self._running else 0.0
+            return
+        stepped = bool(self._stepping)
+        for slot in list(self._stepping):
+            self._step(slot)
+        if self._running:
+            self._round(self.stretch)
+        # The pieces' time is owed to the requests decoding now (a short request whose
+        # prompt this pass read among them) if a prompt is longer than what the pass could
+        # hold (a prompt that fits is read in one pass, owing nothing).
+        decoding = any(not r.prompt for r in self._running.values())
+        longer = any(r.prompt for r in self._running.values())
+        self._owed = time.perf_counter() - t0 if decoding and (stepped or longer) else 0.0
 
     def _step(self, slot: int) -> None:
         call, steps = self._stepping[slot]
@@ -298,14 +317,15 @@ class Engine:
             main.fork(best, slot, n)
         return slot
 
-    def _round(self) -> None:
+    def _round(self, stretch: float) -> None:
+        """One pass: every running request's round, and pieces of the prompts being read,
+        as many as keep the pass within `stretch` times a round's cost (whole passes: inf)."""
         for running in [r for r in self._running.values() if r.ticket.job.cancelled.is_set()]:
             self._end(running, "cancelled")
         if not self._running:
             return
         everyone = sorted(self._running.values(), key=lambda r: r.slot)
-        room = self._prompt_room(sum(not r.prompt for r in everyone))
-        feeding = prompt_pieces([r for r in everyone if r.prompt], room)
+        feeding = prompt_pieces([r for r in everyone if r.prompt], self._prompt_room(stretch))
         # A request whose prompt ends in this pass runs its first round in it too.
         ending = {r.slot for r, piece in feeding if len(piece) == len(r.prompt)}
         order = [r for r in everyone if not r.prompt or r.slot in ending]
@@ -330,14 +350,16 @@ class Engine:
             else:
                 self._advance(running, result)
 
-    def _prompt_room(self, decoding: int) -> int:
-        """Prompt tokens this round may evaluate beside `decoding` requests' tokens (each
-        at least one): whole batches when nothing else runs."""
+    def _prompt_room(self, stretch: float) -> int:
+        """Prompt tokens a round may evaluate beside the running requests' tokens (each at
+        least one) while it costs at most `stretch` times a round without them: whole
+        batches when nothing else runs."""
         n_batch = self.session.main.n_batch
+        decoding = sum(not r.prompt for r in self._running.values())
         if not decoding:
             return n_batch
         admitted = len(self._running)  # the round once every prompt is read
-        room = self.session.costs().room(decoding, self.stretch, n_batch - decoding, admitted)
+        room = self.session.costs().room(decoding, stretch, n_batch - decoding, admitted)
         return max(room, PIECE_LEAST)
 
     def _advance(self, running: Running, r: Round) -> None:
@@ -409,12 +431,14 @@ class Engine:
 
 
 def prompt_pieces(feeding: list[Running], room: int) -> list[tuple[Running, list[int]]]:
-    """The prompt tokens a round evaluates: up to `room` in all, oldest request first, a
-    prompt that ends in the round leaving room for its first round's token. A prompt
-    evaluated in pieces alongside the running requests' rounds delays each of their rounds
-    a little, where a pass of its own would stall them all for the whole prompt."""
+    """The prompt tokens a round evaluates: up to `room` in all, the shortest rest of a
+    prompt first (a short request is not held behind a long prompt; a long one still gets
+    what the short ones leave of every pass), a prompt that ends in the round leaving room
+    for its first round's token. A prompt evaluated in pieces alongside the running
+    requests' rounds delays each of their rounds a little, where a pass of its own would
+    stall them all for the whole prompt."""
     pieces = []
-    for running in sorted(feeding, key=lambda r: r.since):
+    for running in sorted(feeding, key=lambda r: (len(r.prompt), r.since)):
         piece = running.prompt[:room]
         if len(piece) == len(running.prompt):  # it ends here: its first round rides too
             piece = piece[: room - 1]
