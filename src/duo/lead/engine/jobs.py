@@ -127,7 +127,8 @@ class Engine:
 
     @property
     def busy(self) -> int:
-        return len(self._running)
+        """Slots held: by requests, and by calls reading a prompt (/prefill, /verify)."""
+        return len(self._running) + len(self._stepping)
 
     @property
     def queued(self) -> int:
@@ -202,10 +203,10 @@ class Engine:
             if self._closing:
                 return False
             calls: list[Call] = []
-            while self._calls and self._taken() + len(calls) < self.slots:
+            while self._calls and self.busy + len(calls) < self.slots:
                 calls.append(self._calls.popleft())
             starting: list[Ticket] = []
-            while self._queue and self._taken() + len(calls) + len(starting) < self.slots:
+            while self._queue and self.busy + len(calls) + len(starting) < self.slots:
                 ticket = self._queue.popleft()
                 if not ticket.job.cancelled.is_set():  # nobody waits for it any more
                     starting.append(ticket)
@@ -214,10 +215,6 @@ class Engine:
         for ticket in starting:
             self._start(ticket)
         return True
-
-    def _taken(self) -> int:
-        """Slots held: by running requests, and by calls still stepping."""
-        return len(self._running) + len(self._stepping)
 
     def _call(self, call: Call) -> None:
         slot = self._take_slot(call.tokens)
