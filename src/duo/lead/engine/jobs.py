@@ -103,8 +103,10 @@ class Engine:
         reads a piece of a new prompt costs at most `stretch` times a round without it."""
         self.session = session
         self.stretch = stretch
-        # the running requests' turn reads prompts within this (see _turn)
-        self._turn_stretch = TURN_STRETCH if stretch == math.inf else stretch
+        # Long prompts take turns with the running requests (see _turn), unless a stretch
+        # bounds every round; the running requests' turn reads prompts within this one.
+        self._turns = stretch == math.inf
+        self._turn_stretch = TURN_STRETCH if self._turns else stretch
         self.slots = session.slots
         self._show = show
         self._done = done
@@ -233,15 +235,15 @@ class Engine:
         """The running requests' turn, or a turn of the pieces: the steps of every stepping
         call and a round that reads prompts in whole passes. The two take the engine in
         turns of equal time: after the pieces took T seconds, the requests' rounds run for
-        T seconds, reading only as much prompt as keeps a round within TURN_STRETCH of its
-        cost. So a running stream waits for one turn of pieces at most, and a long prompt
-        is read at half speed or more meanwhile. With no request past its prompt, nobody
-        waits: every turn is one of pieces. With --prompt-stretch X every round reads
-        prompts within X, and only the calls' steps take turns."""
-        decoding = any(not r.prompt for r in self._running.values())
+        T seconds, reading prompts that end in the pass whole and the others only as much
+        as keeps a round within TURN_STRETCH of its cost. So a running stream waits for one
+        turn of pieces at most, a short request is answered in the requests' turn, and a
+        long prompt is read at half speed or more meanwhile. With nobody to serve, every
+        turn is one of pieces. With --prompt-stretch X every round reads prompts within
+        X, and only the calls' steps take turns."""
         t0 = time.perf_counter()
-        if decoding and self._owed > 0:
-            self._round(self._turn_stretch)
+        if self._owed > 0 and self._served():
+            self._round(self._turn_stretch, to_the_end=self._turns)
             self._owed -= time.perf_counter() - t0
             return
         stepped = bool(self._stepping)
@@ -249,12 +251,17 @@ class Engine:
             self._step(slot)
         if self._running:
             self._round(self.stretch)
-        # The pieces' time is owed to the requests decoding now (a short request whose
-        # prompt this pass read among them) if a prompt is longer than what the pass could
-        # hold (a prompt that fits is read in one pass, owing nothing).
-        decoding = any(not r.prompt for r in self._running.values())
-        longer = any(r.prompt for r in self._running.values())
-        self._owed = time.perf_counter() - t0 if decoding and (stepped or longer) else 0.0
+        # The pieces' time is owed to the running requests if a prompt is longer than what
+        # the pass could hold (a prompt that fits is read in one pass, owing nothing).
+        longer = self._turns and any(r.prompt for r in self._running.values())
+        self._owed = time.perf_counter() - t0 if stepped or longer else 0.0
+
+    def _served(self) -> bool:
+        """Whether the running requests' turn has someone to serve: a request past its
+        prompt, or one whose prompt a pass can read to its end (a short request that came
+        while a long prompt is read: it is read and answered in that turn)."""
+        most = self.session.main.n_batch - sum(not r.prompt for r in self._running.values())
+        return any(len(r.prompt) < most for r in self._running.values())
 
     def _step(self, slot: int) -> None:
         call, steps = self._stepping[slot]
@@ -314,15 +321,18 @@ class Engine:
             main.fork(best, slot, n)
         return slot
 
-    def _round(self, stretch: float) -> None:
+    def _round(self, stretch: float, to_the_end: bool = False) -> None:
         """One pass: every running request's round, and pieces of the prompts being read,
-        as many as keep the pass within `stretch` times a round's cost (whole passes: inf)."""
+        as many as keep the pass within `stretch` times a round's cost (whole passes: inf);
+        `to_the_end`: prompts the pass can read to their end are read whole."""
         for running in [r for r in self._running.values() if r.ticket.job.cancelled.is_set()]:
             self._end(running, "cancelled")
         if not self._running:
             return
         everyone = sorted(self._running.values(), key=lambda r: r.slot)
-        feeding = prompt_pieces([r for r in everyone if r.prompt], self._prompt_room(stretch))
+        reading = [r for r in everyone if r.prompt]
+        whole = self.session.main.n_batch - (len(everyone) - len(reading)) if to_the_end else 0
+        feeding = prompt_pieces(reading, self._prompt_room(stretch, to_the_end), whole)
         # A request whose prompt ends in this pass runs its first round in it too.
         ending = {r.slot for r, piece in feeding if len(piece) == len(r.prompt)}
         order = [r for r in everyone if not r.prompt or r.slot in ending]
@@ -347,13 +357,13 @@ class Engine:
             else:
                 self._advance(running, result)
 
-    def _prompt_room(self, stretch: float) -> int:
+    def _prompt_room(self, stretch: float, turn: bool = False) -> int:
         """Prompt tokens a round may evaluate beside the running requests' tokens (each at
-        least one) while it costs at most `stretch` times a round without them: whole
-        batches when nothing else runs."""
+        least one) while it costs at most `stretch` times a round of every admitted request:
+        whole batches when nothing else runs, but in the running requests' `turn`."""
         n_batch = self.session.main.n_batch
         decoding = sum(not r.prompt for r in self._running.values())
-        if not decoding:
+        if not decoding and not turn:
             return n_batch
         admitted = len(self._running)  # the round once every prompt is read
         room = self.session.costs().room(decoding, stretch, n_batch - decoding, admitted)
@@ -427,20 +437,25 @@ class Engine:
             ticket.emit(Failed(f"internal error: {e}"))
 
 
-def prompt_pieces(feeding: list[Running], room: int) -> list[tuple[Running, list[int]]]:
-    """The prompt tokens a round evaluates: up to `room` in all, the shortest rest of a
-    prompt first (a short request is not held behind a long prompt; a long one still gets
-    what the short ones leave of every pass), a prompt that ends in the round leaving room
-    for its first round's token. A prompt evaluated in pieces alongside the running
-    requests' rounds delays each of their rounds a little, where a pass of its own would
-    stall them all for the whole prompt."""
+def prompt_pieces(
+    feeding: list[Running], room: int, whole: int = 0
+) -> list[tuple[Running, list[int]]]:
+    """The prompt tokens a round evaluates: up to `room` in all, or up to `whole` for the
+    prompts it reads to their end, each with its first round's token; the shortest rest of
+    a prompt first (a short request is not held behind a long prompt; a long one still
+    gets what the short ones leave of every pass). A prompt evaluated in pieces alongside
+    the running requests' rounds delays each of their rounds a little, where a pass of its
+    own would stall them all for the whole prompt."""
     pieces = []
     for running in sorted(feeding, key=lambda r: (len(r.prompt), r.since)):
-        piece = running.prompt[:room]
-        if len(piece) == len(running.prompt):  # it ends here: its first round rides too
-            piece = piece[: room - 1]
+        prompt = running.prompt
+        if len(prompt) < max(room, whole):  # it ends here: its first round rides too
+            piece, used = prompt, len(prompt) + 1
+        else:
+            piece = prompt[: min(max(room, 0), len(prompt) - 1)]
+            used = len(piece)
         if not piece:
             break
         pieces.append((running, piece))
-        room -= len(piece) + (len(piece) == len(running.prompt))
+        room, whole = room - used, whole - used
     return pieces
