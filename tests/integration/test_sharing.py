@@ -32,6 +32,7 @@ def flipping(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(share.CoreShare, "_choose", flip)
     monkeypatch.setattr(share, "WINDOW", 8)
+    monkeypatch.setattr(share, "JUDGED", 8)  # beside the drafter, after its first draft
 
 
 def generate(session: Session, text: str, sampling: SamplingParams) -> list[int]:
