@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from duo.core.choice import Chooser
-from duo.core.engine import DraftSource, Generation, MainModel, Prefill, Round, run
+from duo.core.engine import DraftSource, Generation, MainModel, Round, run
+from duo.core.prompt import Prefill
 from duo.core.sampling import Sampler
 
 N_VOCAB = 16

@@ -14,15 +14,16 @@ service all drive it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from duo.core.choice import ALONE, Base, Chooser, Longest
 from duo.core.draft import Proposal
+from duo.core.prompt import Prefill, check_prompt, prefill, reuse
 from duo.core.sampling import Greedy, Logits, Sampler
 from duo.core.verify import verify
-from duo.errors import PromptTooLong, UsageError
+from duo.errors import UsageError
 
 Finish = Literal["stop", "length"]  # an end-of-generation token / the token budget
 
@@ -125,70 +126,6 @@ class Round:
     # a usable draft was offered when this round was planned (None: no room for one, the
     # generation's last token)
     ready: bool | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Prefill:
-    """The prompt evaluation before the first round."""
-
-    prompt_tokens: int
-    reused: int  # prompt tokens whose KV was kept from the previous generation
-    seconds: float
-
-
-def prefill(main: MainModel, prompt: Sequence[int]) -> Prefill:
-    """Fill the main KV with all prompt tokens but the last (the first round feeds it), in
-    one call of the model's decode (which makes passes of n_batch itself)."""
-    filled: Prefill = to_the_end(prefill_steps(main, prompt, piece=max(1, len(prompt))))
-    return filled
-
-
-PIECE = 512  # prompt tokens a step of prefill_steps reads, if the model has no n_batch
-Steps = Generator[None, None, Any]  # work done a step at a time; its return value, its result
-
-
-def to_the_end(steps: Steps) -> Any:
-    """Run stepwise work through all its steps at once: its result."""
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return done.value
-
-
-def prefill_steps(
-    main: MainModel, prompt: Sequence[int], piece: int | None = None
-) -> Generator[None, None, Prefill]:
-    """`prefill`, a pass of at most `piece` tokens per step (default: the model's n_batch,
-    -b): whoever drives it may run other work between two pieces (the lead's other
-    requests' rounds)."""
-    size: int = piece if piece is not None else getattr(main, "n_batch", PIECE)
-    t0 = time.perf_counter()
-    reused, missing = reuse(main, prompt)
-    for start in range(0, len(missing), size):
-        main.decode(missing[start : start + size], all_logits=False)
-        if start + size < len(missing):
-            yield
-    return Prefill(len(prompt), reused, time.perf_counter() - t0)
-
-
-def reuse(main: MainModel, prompt: Sequence[int]) -> tuple[int, Sequence[int]]:
-    """Keep the main KV's prefix shared with the prompt: (tokens kept, the prompt tokens
-    the KV still needs: all but the last, which the first round feeds)."""
-    check_prompt(main, prompt)
-    reused = main.reuse_prefix(prompt[:-1])
-    return reused, prompt[reused:-1]
-
-
-def check_prompt(main: MainModel, prompt: Sequence[int]) -> None:
-    """A prompt the context holds, with room for one token: else UsageError/PromptTooLong."""
-    if not prompt:
-        raise UsageError("the prompt is empty")
-    if len(prompt) >= main.n_ctx:
-        raise PromptTooLong(
-            f"the prompt has {len(prompt)} tokens; the context holds {main.n_ctx} "
-            "(raise it with -c, or shorten the prompt)"
-        )
 
 
 def run(

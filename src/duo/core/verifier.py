@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
-from duo.core.engine import MainModel, prefill_steps, to_the_end
+from duo.core.engine import MainModel
+from duo.core.prompt import prefill_steps, to_the_end
 from duo.core.sampling import Sampler, SamplingParams, adjusted
 from duo.core.verify import verify
 from duo.errors import PromptTooLong
@@ -54,7 +55,7 @@ class DraftedGeneration:
 
     def check_steps(self, main: MainModel, draft: Sequence[int]) -> Generator[None, None, Checked]:
         """`check`, its committed tokens read again (where the KV no longer holds them) a
-        piece per step (duo.core.engine.prefill_steps)."""
+        piece per step (duo.core.prompt.prefill_steps)."""
         if len(self.tokens) + len(draft) >= main.n_ctx:
             raise PromptTooLong(
                 f"{len(self.tokens)} tokens and a draft of {len(draft)} do not fit the "

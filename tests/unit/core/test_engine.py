@@ -7,7 +7,8 @@ from typing import Any, cast
 import pytest
 
 from duo.core.draft import Proposal
-from duo.core.engine import AFTER, NoDrafts, prefill
+from duo.core.engine import AFTER, NoDrafts
+from duo.core.prompt import prefill
 from duo.core.stats import Stats
 from duo.drafting.sources import SyncDrafts, ThreadDrafts
 from duo.errors import PromptTooLong, UsageError

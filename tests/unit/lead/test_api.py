@@ -17,7 +17,7 @@ from openapi_spec_validator import validate
 from starlette.routing import Route, WebSocketRoute
 
 from duo.channel.backs import Backs
-from duo.core.engine import to_the_end
+from duo.core.prompt import to_the_end
 from duo.core.stats import Stats
 from duo.lead.api import Api
 from duo.lead.engine.events import Delta, Done, Job

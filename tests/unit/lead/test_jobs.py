@@ -148,10 +148,10 @@ class TwoSlots(FakeSession):
 
 
 def test_a_long_prefill_call_takes_turns_with_the_running_requests() -> None:
-    """/prefill and /verify read a long prompt in pieces (duo.core.engine.prefill_steps):
+    """/prefill and /verify read a long prompt in pieces (duo.core.prompt.prefill_steps):
     between two pieces, the other slots' requests run a round, so a short request that
     starts meanwhile ends before the long prompt is read, never after it."""
-    from duo.core.engine import prefill_steps
+    from duo.core.prompt import prefill_steps
 
     order: list[str] = []
     short_done = threading.Event()

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from duo.core.draft import common_prefix
-from duo.core.engine import Generation, MainModel, Prefill, Round, step
+from duo.core.engine import Generation, MainModel, Round, step
 from duo.core.logprobs import LogprobQueue, TokenLogprob
+from duo.core.prompt import Prefill
 from duo.core.stats import Stats
 from duo.core.text import Chunk, TextStream
 from duo.errors import DuoError

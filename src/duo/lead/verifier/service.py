@@ -27,7 +27,8 @@ from typing import Any, Protocol
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from duo.core.engine import MainModel, prefill_steps
+from duo.core.engine import MainModel
+from duo.core.prompt import prefill_steps
 from duo.core.verifier import Checked, DraftedGeneration
 from duo.errors import UsageError
 from duo.lead.protocol.verifier import Prefilled, Verified, VerifierStats
