@@ -11,10 +11,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from duo.bench.harness.modes import MODES as BENCH_MODES
+from duo.bench.harness.modes import PEER_MODES
 from duo.bench.harness.runners import Prompt
 from duo.bench.harness.servers import SERVERS
-from duo.bench.harness.suite import MODES as BENCH_MODES
-from duo.bench.harness.suite import PEER_MODES
 from duo.bench.harness.workloads import ANSWER_TOKENS, WORKLOADS, sessions
 from duo.bench.net import netns
 from duo.bench.net.netns import FarHost

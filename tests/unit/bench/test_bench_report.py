@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from duo.bench.harness.modes import MODES, PEER_MODES, RUNNERS
 from duo.bench.harness.report import ModeResult
-from duo.bench.harness.suite import MODES, PEER_MODES, RUNNERS, _take_turns, ceiling, run
+from duo.bench.harness.suite import _take_turns, ceiling, run
 from duo.bench.variants import REMOTE_DRAFT, parse_variant, split_half, variants
 from duo.core.stats import Stats
 from duo.errors import UsageError

@@ -1,14 +1,5 @@
-"""`duo bench`: every mode on the same prompts, in the same run, on pinned "devices".
-
-Modes:
-    default     what `duo generate` does with no placement flags: every core, every draft
-                source, the draft model's cores lent to the main model where it does not pay
-    target-1    the main model alone on the main device (one core set)
-    target-all  the main model alone on every core (the strongest single-box alternative)
-    sync        classic speculative decoding on the main device
-    async       the drafter on its own thread and device, in one process
-    lead+back   `duo lead` and `duo back` as separate processes over loopback
-    lead+client `duo lead` and a drafter-driven client (seed 003's /verify), synchronous
+"""`duo bench`: every mode (duo.bench.harness.modes) on the same prompts, in the same run,
+on pinned "devices".
 
 Warm-up runs are excluded; each figure is the median over repeats of the whole suite. The
 suite is run in order, so no prompt follows itself (a drafter would otherwise still hold
@@ -26,17 +17,16 @@ import os
 import statistics
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from duo.bench.harness.costs import Profiler
-from duo.bench.harness.llamacpp import NGRAM_TYPES, find_bin, rpc_server_bin
-from duo.bench.harness.peers import LlamaCpp, RemoteDraft
+from duo.bench.harness.llamacpp import find_bin, rpc_server_bin
+from duo.bench.harness.modes import PEER_MODES, RUNNERS, Opening
 from duo.bench.harness.report import ModeResult, Report
-from duo.bench.harness.runners import InProcess, LeadBack, Prompt, Runner, prompt_tokens
-from duo.bench.harness.verifier import LeadClient
+from duo.bench.harness.runners import Prompt, Runner, prompt_tokens
 from duo.bench.net.link import Link
 from duo.bench.net.netns import FarHost
 from duo.bench.sim.profiles import DeviceProfile
@@ -53,101 +43,8 @@ from duo.bench.variants import (
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.errors import UsageError
-from duo.session.config import Mode, ModelConfig, SpecConfig
+from duo.session.config import ModelConfig, SpecConfig
 from duo.session.session import Session
-from duo.session.threads import with_threads
-
-MODEL_ONLY = frozenset({"model"})  # sync, async, lead+back: the draft model alone
-FREE = frozenset({"ngram", "suffix"})  # free-1, free-all: no draft model
-
-
-@dataclass(frozen=True)
-class Opening:
-    """What a mode's runner is made of: one variant's label, models, settings and link."""
-
-    label: str
-    models: ModelConfig  # with the variant's main model
-    spec: SpecConfig  # with the variant's fan-out
-    prompts: list[Prompt]
-    n: int
-    sampling: SamplingParams
-    link: Link  # a back's (a draft's), at the variant's round trip
-    llama_cpp_bin: str | None
-    cores: int  # every core the bench may use
-
-    @property
-    def target(self) -> ModelConfig:
-        return replace(self.models, draft=None)
-
-    @property
-    def every_core(self) -> ModelConfig:
-        return replace(self.target, threads=self.cores)
-
-    def in_process(self, models: ModelConfig, spec: SpecConfig) -> Runner:
-        return InProcess(self.label, models, spec, self.prompts, self.n, self.sampling)
-
-
-Opener = Callable[[Opening], Runner]
-
-
-def _default(o: Opening) -> Runner:
-    """As a user runs it: no cores, threads or sources given."""
-    cfg = SpecConfig(draft_max=o.spec.draft_max, max_ahead=o.spec.max_ahead, fanout=o.spec.fanout)
-    return o.in_process(with_threads(o.models, cfg), cfg)
-
-
-def _model(mode: Mode) -> Opener:
-    """sync, async: the draft model alone, in this process."""
-    return lambda o: o.in_process(o.models, replace(o.spec, mode=mode, spec_types=MODEL_ONLY))
-
-
-def _lead_back(types: str) -> Opener:
-    return lambda o: LeadBack(o.label, o.models, o.spec, o.prompts, o.n, o.sampling, types, o.link)
-
-
-def _lead_client(o: Opening) -> Runner:
-    return LeadClient(o.label, o.models, o.spec, o.prompts, o.n, o.sampling, o.link)
-
-
-def _llama_cpp(o: Opening) -> Runner:
-    return LlamaCpp(o.label, o.models, o.spec, o.prompts, o.n, o.llama_cpp_bin)
-
-
-def _remote_draft(o: Opening) -> Runner:
-    return RemoteDraft(o.label, o.models, o.spec, o.prompts, o.n, o.llama_cpp_bin, o.link)
-
-
-# duo's modes, in the order they run and report
-OWN: dict[str, Opener] = {
-    "default": _default,
-    "target-1": lambda o: o.in_process(o.target, replace(o.spec, mode="target", draft_cores=None)),
-    "target-all": lambda o: o.in_process(o.every_core, SpecConfig(mode="target")),
-    "sync": _model("sync"),
-    "async": _model("async"),
-    # free drafters, the main model on the main device
-    "free-1": lambda o: o.in_process(o.target, replace(o.spec, draft_cores=None, spec_types=FREE)),
-    # free drafters need no core: the main model takes them all
-    "free-all": lambda o: o.in_process(
-        o.every_core, replace(o.spec, main_cores=None, draft_cores=None, spec_types=FREE)
-    ),
-    "async+free": lambda o: o.in_process(o.models, o.spec),
-    "lead+back": _lead_back("model"),
-    "lead+back+free": _lead_back("model,ngram"),  # no suffix: see LeadBack
-    "lead+client": _lead_client,
-}
-# llama.cpp's own binaries, when available (duo.bench.harness.llamacpp says which is whose peer)
-PEERS: dict[str, Opener] = {
-    "llama.cpp": _llama_cpp,
-    "llama.cpp-all": _llama_cpp,
-    "llama.cpp-default": _llama_cpp,
-    "llama.cpp-spec": _llama_cpp,
-    **{f"llama.cpp-{t}": _llama_cpp for t in NGRAM_TYPES},
-    "llama.cpp-spec+ngram": _llama_cpp,
-}
-RUNNERS: dict[str, Opener] = {**OWN, **PEERS, REMOTE_DRAFT: _remote_draft}  # every mode
-MODES = tuple(OWN)
-PEER_MODES = tuple(PEERS)
-
 
 SUITES: dict[str, tuple[str, ...]] = {
     "chat": ("suite.jsonl",),
