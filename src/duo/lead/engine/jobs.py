@@ -261,8 +261,12 @@ class Engine:
         """Whether the running requests' turn has someone to serve: a request past its
         prompt, or one whose prompt a pass can read to its end (a short request that came
         while a long prompt is read: it is read and answered in that turn)."""
-        most = self.session.main.n_batch - sum(not r.prompt for r in self._running.values())
+        most = self.session.main.n_batch - self._decoding()
         return any(len(r.prompt) < most for r in self._running.values())
+
+    def _decoding(self) -> int:
+        """Running requests past their prompt: each has a token in every pass."""
+        return sum(not r.prompt for r in self._running.values())
 
     def _step(self, slot: int) -> None:
         call, steps = self._stepping[slot]
@@ -332,7 +336,7 @@ class Engine:
             return
         everyone = sorted(self._running.values(), key=lambda r: r.slot)
         reading = [r for r in everyone if r.prompt]
-        whole = self.session.main.n_batch - (len(everyone) - len(reading)) if to_the_end else 0
+        whole = self.session.main.n_batch - self._decoding() if to_the_end else 0
         feeding = prompt_pieces(reading, self._prompt_room(stretch, to_the_end), whole)
         # A request whose prompt ends in this pass runs its first round in it too.
         ending = {r.slot for r, piece in feeding if len(piece) == len(r.prompt)}
@@ -363,7 +367,7 @@ class Engine:
         least one) while it costs at most `stretch` times a round of every admitted request:
         whole batches when nothing else runs, but in the running requests' `turn`."""
         n_batch = self.session.main.n_batch
-        decoding = sum(not r.prompt for r in self._running.values())
+        decoding = self._decoding()
         if not decoding and not turn:
             return n_batch
         admitted = len(self._running)  # the round once every prompt is read
