@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from duo.core.choice import ALONE, Base, Choice, Chooser, Longest, PerSource
+from duo.core.choice import Choice, Chooser, Longest, PerSource
 from duo.core.draft import Proposal, common_prefix
 from duo.core.engine import Generation
-from duo.core.policy import CostModel
+from duo.core.policy import ALONE, Base, CostModel
 from duo.core.sampling import Logits
 from duo.drafting.lookup import NGRAM, SUFFIX, NgramDrafts, SuffixDrafts, SuffixMemory
 from duo.drafting.sources import Sources
@@ -158,7 +158,7 @@ def replay(
         try:
             while not g.finish:
                 model.at = len(g.committed)
-                batch = g.plan(Base(0.0, len(piece)))
+                batch = g.plan(Base(0.0, 0, len(piece)))
                 if piece:
                     model.decode(piece, all_logits=False)
                 n = len(piece) + len(batch)

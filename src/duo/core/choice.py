@@ -15,25 +15,15 @@ from typing import NamedTuple, Protocol
 
 from duo.core.draft import Proposal, common_prefix
 from duo.core.policy import (
+    ALONE,
     Acceptance,
     AcceptanceModel,
+    Base,
     CostModel,
     StreakAcceptance,
     best_length,
     expected_tokens,
 )
-
-
-class Base(NamedTuple):
-    """What the rest of a pass holds when one generation chooses its draft (several
-    generations share one pass): the tokens the others yield, by their estimates, and the
-    tokens they evaluate."""
-
-    expected: float
-    tokens: int
-
-
-ALONE = Base(0.0, 0)  # a pass of one generation
 
 
 class Choice(NamedTuple):
@@ -136,9 +126,9 @@ class AdaptivePolicy:
     def wants_drafts(self) -> bool:
         return self._resting == 0
 
-    def choose(self, available: int, base: tuple[float, int] = (0.0, 0)) -> int:
+    def choose(self, available: int, base: Base = ALONE) -> int:
         """How many of `available` draft tokens to verify, in a pass that also holds
-        `base` (duo.core.choice.Base) for other generations."""
+        `base` for other generations."""
         if available == 0:
             self.decline()
             return 0
@@ -281,7 +271,7 @@ class PerSource:
             n = policy.choose(len(proposal.tokens), base)
             if n:
                 expected = expected_tokens(n, policy.acceptance.p)
-                rate = (base.expected + expected) / self.costs.cost(base.tokens + n + 1)
+                rate = (base.expected + expected) / base.cost(self.costs.cost, n + 1)
                 picks.append((rate, Choice(proposal, n, expected)))
         keys = {p.key for p in offered}
         for key, policy in self._restful.items():

@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from duo.core.choice import ALONE, Base, Chooser, Longest
+from duo.core.choice import Chooser, Longest
 from duo.core.draft import Proposal
+from duo.core.policy import ALONE, Base
 from duo.core.prompt import Prefill, check_prompt, prefill, reuse
 from duo.core.sampling import Greedy, Logits, Sampler
 from duo.core.verify import verify
@@ -186,12 +187,13 @@ def step(
     results: list[Round | Exception | None] = [None] * len(gens)
     parts: list[tuple[int, Sequence[int]]] = []
     planned: list[int] = []
-    expected, tokens = 0.0, sum(len(piece) for _, piece in prefill)  # the pass holds them too
+    prompt = sum(len(piece) for _, piece in prefill)  # the pass reads them too
+    expected, tokens = 0.0, 0
     for i, (seq, g) in enumerate(gens):
         after = len(gens) - 1 - i
         try:
-            space = main.n_batch - tokens - after - 1  # for this one's draft
-            batch = g.plan(Base(expected + after, tokens + after), space)
+            space = main.n_batch - prompt - tokens - after - 1  # for this one's draft
+            batch = g.plan(Base(expected + after, tokens + after, prompt), space)
         except Exception as e:
             results[i] = e
             continue
@@ -205,7 +207,7 @@ def step(
         seconds = time.perf_counter() - t0
         for i, rows in zip(planned, logits, strict=True):
             try:
-                results[i] = gens[i][1].settle(rows, seconds, tokens)
+                results[i] = gens[i][1].settle(rows, seconds, prompt + tokens)
             except Exception as e:
                 results[i] = e
     return [r for r in results if r is not None]

@@ -19,7 +19,7 @@ import bisect
 import itertools
 import math
 from collections.abc import Callable
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
 class CostModel:
@@ -237,21 +237,43 @@ def expected_tokens(n: int, p: Callable[[int], float]) -> float:
     return expected
 
 
+class Base(NamedTuple):
+    """What the rest of a pass holds when one generation chooses its draft (several
+    generations share one pass): the tokens the others yield, by their estimates, the
+    tokens they evaluate, and the prompt tokens the pass reads beside them."""
+
+    expected: float
+    tokens: int
+    prompt: int = 0
+
+    def cost(self, cost: Callable[[int], float], tokens: int) -> float:
+        """What the pass costs the generations when they evaluate `tokens` more. A
+        prompt is read in it anyway: they pay a pass of their own tokens alone plus what
+        those add to the prompt's pass, not a share of the prompt (beside a long prompt,
+        any draft would look cheap and be verified, however little it yields)."""
+        tokens += self.tokens
+        if not self.prompt:
+            return cost(tokens)
+        return cost(1) + cost(self.prompt + tokens) - cost(self.prompt + 1)
+
+
+ALONE = Base(0.0, 0)  # a pass of one generation
+
+
 def best_length(
     available: int,
     cost: Callable[[int], float],
     p: Callable[[int], float],
-    base: tuple[float, int] = (0.0, 0),
+    base: Base = ALONE,
 ) -> int:
     """The draft length in [0, available] with the most expected tokens per second, in a
-    pass that also holds `base` = (tokens the rest of it yields, tokens it evaluates)."""
-    others, batch = base
-    best, best_rate = 0, (others + 1.0) / cost(batch + 1)
+    pass that also holds `base`."""
+    best, best_rate = 0, (base.expected + 1.0) / base.cost(cost, 1)
     expected = survive = 1.0
     for n in range(1, available + 1):
         survive *= p(n - 1)
         expected += survive
-        rate = (others + expected) / cost(batch + n + 1)
+        rate = (base.expected + expected) / base.cost(cost, n + 1)
         if rate > best_rate:
             best, best_rate = n, rate
     return best

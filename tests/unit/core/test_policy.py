@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from duo.core.choice import AdaptivePolicy, PerSource
 from duo.core.draft import Proposal
-from duo.core.policy import Acceptance, CostModel, StreakAcceptance, best_length
+from duo.core.policy import Acceptance, Base, CostModel, StreakAcceptance, best_length
 
 
 def test_cheap_batches_verify_the_whole_draft() -> None:
@@ -24,6 +24,19 @@ def test_expensive_batches_skip_unlikely_drafts() -> None:
     assert best_length(8, costs.cost, lambda i: 0.5) == 0
     # ...but a drafter that is nearly always right still pays off.
     assert best_length(4, costs.cost, lambda i: 0.97) == 4
+
+
+def test_a_draft_beside_a_prompt_pays_for_what_it_adds_not_a_share_of_the_prompt() -> None:
+    # A CPU: a pass costs about its tokens. A draft right half the time does not pay alone;
+    # beside a 400-token prompt it is only 2% more of that pass, but still as much more
+    # time as alone: it is still not verified. A draft nearly always right still is.
+    costs = CostModel({1: 0.010, 2: 0.018, 9: 0.060, 401: 2.0, 409: 2.04})
+    prompt = Base(0.0, 0, 400)
+    assert best_length(8, costs.cost, lambda i: 0.5) == 0
+    assert best_length(8, costs.cost, lambda i: 0.5, prompt) == 0
+    assert best_length(8, costs.cost, lambda i: 0.5, Base(0.0, 400)) > 0  # as a share
+    assert best_length(8, costs.cost, lambda i: 0.97, prompt) >= 6
+    assert prompt.cost(costs.cost, 1) == pytest.approx(costs.cost(1))
 
 
 def test_cost_model_interpolates_extrapolates_and_learns() -> None:

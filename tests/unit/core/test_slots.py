@@ -87,8 +87,8 @@ def test_a_full_batch_makes_drafts_worth_less() -> None:
     """On hardware where a pass's cost grows with its tokens, a draft the policy verifies
     alone is skipped when the pass already holds many tokens of other generations."""
     costs = CostModel({1: 1.0, 2: 1.05, 5: 1.2, 9: 1.5, 32: 4.0, 40: 6.0})
-    from duo.core.choice import ALONE, Base
     from duo.core.draft import Proposal
+    from duo.core.policy import ALONE, Base
 
     offered = [Proposal("ngram", (1, 2, 3, 4), 2)]
     alone = PerSource(costs).choose(offered, ALONE)
