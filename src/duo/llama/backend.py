@@ -156,6 +156,9 @@ class Model:
         self.n_batch: int = n_batch - spare * n_seq  # a token per sequence for the padding
         self._n_ubatch: int = lib.llama_n_ubatch(self._ctx)
         self.n_threads = n_threads
+        # What else makes a pass faster or slower (a measured cost is this model's only)
+        self.settings = [n_gpu_layers, devices is not None, flash_attn, cache_types, split]
+        self.settings += [n_ctx, deterministic, self._n_ubatch]
         # Per sequence, the tokens whose KV is in the cache, in order.
         self.seqs: list[list[int]] = [[] for _ in range(n_seq + forks)]
         # CPU time the calling thread spent in llama_decode (llama.cpp's worker threads,

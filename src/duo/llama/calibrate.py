@@ -8,11 +8,17 @@ so it lives here, next to the model, while the cost model itself is pure maths
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import platform
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 from duo.core.policy import CostModel
 from duo.llama.backend import Model
+from duo.llama.models import duo_home
 
 
 def calibrate(
@@ -42,6 +48,53 @@ def calibrate(
         seconds[batch] = sorted(times)[len(times) // 2]
     model.truncate(base)
     return CostModel(seconds)
+
+
+def cached(
+    model: Model,
+    max_batch: int,
+    *,
+    threads: int | None = None,
+    context: int = 8,
+    all_logits: bool = True,
+    extra: Iterable[int] = (),
+) -> CostModel:
+    """`calibrate` on `threads` threads (default: the model's), measured once per model
+    file, machine and settings, then read from $DUO_HOME/costs: a lead starts without a
+    few seconds of timing passes, and its cost model learns from the passes it runs."""
+    sizes = sorted({*spread(max_batch), *extra})
+    threads = threads or model.n_threads
+    key = [*_identity(model), threads, sizes, context, all_logits, repr(model.settings)]
+    digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
+    path = duo_home() / "costs" / f"{model.path.stem}-{threads}t-{digest}.json"
+    try:
+        return CostModel({int(n): float(s) for n, s in json.loads(path.read_text()).items()})
+    except (OSError, ValueError, AttributeError):
+        pass
+    before = model.n_threads
+    model.set_threads(threads)
+    try:
+        costs = calibrate(model, max_batch, context=context, all_logits=all_logits, extra=extra)
+    finally:
+        model.set_threads(before)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(costs.seconds))
+    tmp.replace(path)
+    return costs
+
+
+def _identity(model: Model) -> list[str | int]:
+    """The model file (path, size, time) and this machine (the CPU's name and count): a
+    cost measured for another file or machine is not this one's."""
+    stat = model.path.stat()
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+        cpu = next(line for line in info.splitlines() if line.startswith("model name"))
+    except (OSError, StopIteration):
+        cpu = platform.processor()
+    machine = f"{cpu} x{os.cpu_count()} {platform.machine()}"
+    return [str(model.path.resolve()), stat.st_size, stat.st_mtime_ns, machine]
 
 
 def spread(max_batch: int) -> list[int]:

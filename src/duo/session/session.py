@@ -38,7 +38,7 @@ from duo.drafting.lookup import NGRAM, SUFFIX, NgramDrafts, SuffixDrafts, Suffix
 from duo.drafting.sources import Sources, SyncDrafts, ThreadDrafts
 from duo.errors import IncompatibleModels, UsageError
 from duo.llama.backend import Model
-from duo.llama.calibrate import calibrate
+from duo.llama.calibrate import cached
 from duo.llama.grammar import Grammar
 from duo.llama.rpc import device_list
 from duo.session.config import ModelConfig, SpecConfig
@@ -234,7 +234,8 @@ class Session:
         of it up to every slot's."""
         if self._costs is None:
             k = self.spec.round_max + 1
-            self._costs = calibrate(self.main, k, extra=range(2 * k, self.slots * k + 1, k))
+            extra = range(2 * k, self.slots * k + 1, k)
+            self._costs = cached(self.main, k, extra=extra)
             if self.share is not None:
                 self.share.costs = self._costs
         return self._costs

@@ -32,22 +32,16 @@ llama.cpp gives each row of a matrix product to one thread, so the output is the
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import os
-import platform
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from duo.core.engine import Round
 from duo.core.policy import CostModel
 from duo.core.sharing import ALONE, MARGIN, SPLIT, Estimate, estimate
 from duo.drafting.drafter import DraftWorker
 from duo.llama.backend import Model
-from duo.llama.calibrate import calibrate
-from duo.llama.models import duo_home
+from duo.llama.calibrate import cached
 
 log = logging.getLogger(__name__)
 
@@ -233,45 +227,7 @@ class CoreShare:
 
 
 def _timed(model: Model, threads: int, sizes: list[int], all_logits: bool) -> dict[int, float]:
-    """The model's pass time by batch size on `threads` threads: measured once per model
-    file, machine and settings, then read from $DUO_HOME/costs."""
-    path = _cache_path(model, threads, sizes, all_logits)
-    try:
-        cached = json.loads(path.read_text())
-        return {int(n): float(s) for n, s in cached.items()}
-    except (OSError, ValueError, AttributeError):
-        pass
-    before = model.n_threads
-    model.set_threads(threads)
-    try:
-        seconds = calibrate(model, sizes[-1], repeats=3, context=64, all_logits=all_logits)
-    finally:
-        model.set_threads(before)
-    measured = {n: seconds.seconds[n] for n in sizes}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(measured))
-    tmp.replace(path)
-    return measured
-
-
-def _cache_path(model: Model, threads: int, sizes: list[int], all_logits: bool) -> Path:
-    stat = model.path.stat()
-    key = json.dumps(
-        [
-            str(model.path.resolve()), stat.st_size, stat.st_mtime_ns, _machine(),
-            threads, sizes, all_logits, model.n_gpu_layers,
-        ]
-    )  # fmt: skip
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return duo_home() / "costs" / f"{model.path.stem}-{threads}t-{digest}.json"
-
-
-def _machine() -> str:
-    """The CPU's name and count: a cost measured on another machine is not this one's."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-        name = next(line for line in info.splitlines() if line.startswith("model name"))
-    except (OSError, StopIteration):
-        name = platform.processor()
-    return f"{name} x{os.cpu_count()} {platform.machine()}"
+    """The model's pass time by batch size on `threads` threads, after a context of 64
+    (cached: duo.llama.calibrate.cached)."""
+    seconds = cached(model, sizes[-1], threads=threads, context=64, all_logits=all_logits)
+    return {n: seconds.seconds[n] for n in sizes}

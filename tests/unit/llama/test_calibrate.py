@@ -1,0 +1,84 @@
+"""The main model's pass costs, timed once per model file, machine and settings, then
+read from $DUO_HOME/costs (a fake model: only how often it is timed matters here)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from duo.llama.backend import Model
+from duo.llama.calibrate import cached
+
+
+class Timed:
+    """What calibrating needs of a model, counting its passes."""
+
+    def __init__(self, path: Path, settings: list[Any]) -> None:
+        self.path = path
+        self.settings = settings
+        self.n_threads = 1
+        self.tokens: list[int] = []
+        self.passes = 0
+        self.threads_seen: set[int] = set()
+
+    def decode(self, tokens: Sequence[int], *, all_logits: bool = True) -> None:
+        self.passes += 1
+        self.threads_seen.add(self.n_threads)
+        self.tokens.extend(tokens)
+
+    def truncate(self, n: int) -> None:
+        del self.tokens[n:]
+
+    def set_threads(self, n: int) -> None:
+        self.n_threads = n
+
+
+@pytest.fixture
+def model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Timed:
+    monkeypatch.setenv("DUO_HOME", str(tmp_path / "home"))
+    gguf = tmp_path / "main.gguf"
+    gguf.write_bytes(b"GGUF")
+    return Timed(gguf, [0, "auto"])
+
+
+def costs(model: Timed, **kwargs: Any) -> dict[int, float]:
+    return cached(cast(Model, model), 9, **kwargs).seconds
+
+
+def test_costs_are_timed_once_then_read(model: Timed, tmp_path: Path) -> None:
+    first = costs(model, extra=[18, 27])
+    timed = model.passes
+    assert timed > 0 and sorted(first) == [*range(1, 10), 18, 27]
+    assert costs(model, extra=[18, 27]) == first  # read back, as measured
+    assert model.passes == timed
+    assert len(list((tmp_path / "home" / "costs").glob("main-1t-*.json"))) == 1
+    assert model.tokens == []  # the KV holds what it held
+
+
+def test_other_threads_sizes_or_settings_are_timed_anew(model: Timed) -> None:
+    costs(model)
+    for change in ({"threads": 2}, {"extra": [18]}, {"context": 64}, {"all_logits": False}):
+        before = model.passes
+        costs(model, **change)
+        assert model.passes > before, change
+    assert model.threads_seen == {1, 2} and model.n_threads == 1  # its threads given back
+    before = model.passes
+    model.settings = [0, "on"]  # flash attention: another model's costs
+    costs(model)
+    assert model.passes > before
+
+
+def test_a_changed_file_or_a_spoilt_cache_is_timed_anew(model: Timed, tmp_path: Path) -> None:
+    costs(model)
+    (file,) = (tmp_path / "home" / "costs").glob("*.json")
+    file.write_text("{not json")
+    before = model.passes
+    costs(model)
+    assert model.passes > before
+    model.path.write_bytes(b"GGUF, another size")
+    before = model.passes
+    costs(model)
+    assert model.passes > before
