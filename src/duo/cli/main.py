@@ -28,7 +28,6 @@ from duo.cli.completion import add_completion_parser
 from duo.cli.draft import add_draft_parser
 from duo.cli.hub import hub_models
 from duo.cli.lead import add_lead_parser
-from duo.cli.load import OtherLoad, busy_note
 from duo.cli.parser import Parser, env_defaults, usage_error
 from duo.cli.progress import Spinner
 from duo.cli.rpc_server import add_rpc_server_parser
@@ -48,6 +47,7 @@ from duo.llama.models import (
     prepare,
     verify_file,
 )
+from duo.load import OtherLoad, busy_note
 from duo.session.config import MODES
 from duo.session.session import Session
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from duo.core.policy import CostModel
 from duo.llama.backend import Model
 from duo.llama.models import duo_home
+from duo.load import BUSY_SHARE, OtherLoad
 
 
 def calibrate(
@@ -29,18 +30,20 @@ def calibrate(
     all_logits: bool = True,
     extra: Iterable[int] = (),
 ) -> CostModel:
-    """Measure the model's pass time for the batch sizes `spread(max_batch)` and `extra`
-    (about a second for 9 sizes), after `context` tokens (a pass costs more the longer
-    the context: attention), with logits for every position (a verification) or for the
-    last only (a drafter catching up). The model's KV holds what it held before."""
+    """Measure the model's pass time for the batch sizes `spread(max_batch)`, the median
+    of `repeats`, and `extra` once each (the passes of several slots' rounds, which those
+    rounds then time again), after `context` tokens (a pass costs more the longer the
+    context: attention), with logits for every position (a verification) or for the last
+    only (a drafter catching up). The model's KV holds what it held before."""
     base = len(model.tokens)
     filler = 100  # any valid token: only the timing matters
     model.decode([filler] * max(1, context), all_logits=False)  # warm up, with context
     start = len(model.tokens)
     seconds: dict[int, float] = {}
-    for batch in [*spread(max_batch), *extra]:
+    sizes = spread(max_batch)
+    for batch in [*sizes, *(n for n in extra if n not in sizes)]:
         times = []
-        for _ in range(repeats):
+        for _ in range(repeats if batch <= max_batch else 1):
             t0 = time.perf_counter()
             model.decode([filler] * batch, all_logits=all_logits)
             times.append(time.perf_counter() - t0)
@@ -61,7 +64,9 @@ def cached(
 ) -> CostModel:
     """`calibrate` on `threads` threads (default: the model's), measured once per model
     file, machine and settings, then read from $DUO_HOME/costs: a lead starts without a
-    few seconds of timing passes, and its cost model learns from the passes it runs."""
+    few seconds of timing passes, and its cost model learns from the passes it runs.
+    Costs timed while other work took more than a tenth of the machine are used, not kept
+    (a pass timed beside a compiler can cost twice what it will)."""
     sizes = sorted({*spread(max_batch), *extra})
     threads = threads or model.n_threads
     key = [*_identity(model), threads, sizes, context, all_logits, repr(model.settings)]
@@ -71,12 +76,14 @@ def cached(
         return CostModel({int(n): float(s) for n, s in json.loads(path.read_text()).items()})
     except (OSError, ValueError, AttributeError):
         pass
-    before = model.n_threads
+    before, others = model.n_threads, OtherLoad()
     model.set_threads(threads)
     try:
         costs = calibrate(model, max_batch, context=context, all_logits=all_logits, extra=extra)
     finally:
         model.set_threads(before)
+    if (others.share() or 0.0) > BUSY_SHARE:
+        return costs
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(costs.seconds))

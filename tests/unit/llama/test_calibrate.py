@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import pytest
 
+from duo.llama import calibrate
 from duo.llama.backend import Model
 from duo.llama.calibrate import cached
 
@@ -36,9 +37,20 @@ class Timed:
         self.n_threads = n
 
 
+class Load:
+    """The share of the machine other work takes while a model is timed."""
+
+    others = 0.0
+
+    def share(self) -> float:
+        return self.others
+
+
 @pytest.fixture
 def model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Timed:
     monkeypatch.setenv("DUO_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(calibrate, "OtherLoad", Load)
+    Load.others = 0.0
     gguf = tmp_path / "main.gguf"
     gguf.write_bytes(b"GGUF")
     return Timed(gguf, [0, "auto"])
@@ -46,6 +58,22 @@ def model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Timed:
 
 def costs(model: Timed, **kwargs: Any) -> dict[int, float]:
     return cached(cast(Model, model), 9, **kwargs).seconds
+
+
+def test_the_sizes_are_timed_three_times_and_the_slots_multiples_once(model: Timed) -> None:
+    costs(model, extra=[18, 27])
+    assert model.passes == 1 + 9 * 3 + 2  # the context, then each size
+
+
+def test_costs_timed_on_a_busy_machine_are_used_not_kept(model: Timed, tmp_path: Path) -> None:
+    Load.others = 0.5  # another process took half the machine meanwhile
+    assert sorted(costs(model)) == list(range(1, 10))
+    assert not (tmp_path / "home" / "costs").exists()
+    timed = model.passes
+    Load.others = 0.0
+    costs(model)  # timed again, quietly: kept
+    costs(model)
+    assert model.passes == 2 * timed
 
 
 def test_costs_are_timed_once_then_read(model: Timed, tmp_path: Path) -> None:
