@@ -1,6 +1,7 @@
-"""duo bench end to end: one short run of a mode of every family (duo's in-process modes,
-its two-process ones, the default with no placement flags, llama.cpp's peers), each
-measured, and `duo sim --bench` projecting the run from its own trace and costs.
+"""duo bench end to end: one short run of a mode of every family (each of duo.bench.
+harness.modes' openers: duo's in-process modes, with a model drafter and free ones, its
+two-process ones, the default with no placement flags, llama.cpp's peers), each measured,
+and `duo sim --bench` projecting the run from its own trace and costs.
 
 How fast each mode is belongs to the bench itself, not to this test; how close the
 projections come is checked on a recorded report (tests/unit/bench/test_sim_bench.py)."""
@@ -20,8 +21,8 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).parents[2]
 MODES = (
-    "default", "target-1", "target-all", "sync", "async", "free-1", "async+free",
-    "lead+back", "lead+client", "llama.cpp", "llama.cpp-ngram-mod",
+    "default", "target-1", "sync", "async", "async+free", "lead+back", "lead+client",
+    "llama.cpp-ngram-mod",
 )  # fmt: skip
 
 

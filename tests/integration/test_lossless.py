@@ -22,7 +22,7 @@ PROMPTS = [
     ("chat", "What are the main causes of the French Revolution?"),
     ("raw", "def fibonacci(n):\n    "),
 ]
-N = 96
+N = 64
 MODEL = frozenset({"model"})
 FREE = frozenset({"ngram", "suffix"})
 

@@ -20,7 +20,7 @@ PROMPTS = [
     "Write a short story about a robot learning to paint.",
     "List the planets of the solar system, one per line, with a fact about each.",
 ]
-N = 96
+N = 64
 
 
 @pytest.fixture
