@@ -84,10 +84,13 @@ def cached(
         model.set_threads(before)
     if (others.share() or 0.0) > BUSY_SHARE:
         return costs
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(costs.seconds))
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(costs.seconds))
+        tmp.replace(path)
+    except OSError:  # a home that cannot be written: timed again at the next start
+        pass
     return costs
 
 

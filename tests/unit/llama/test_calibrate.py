@@ -110,3 +110,12 @@ def test_a_changed_file_or_a_spoilt_cache_is_timed_anew(model: Timed, tmp_path: 
     before = model.passes
     costs(model)
     assert model.passes > before
+
+
+def test_a_home_that_cannot_be_written_costs_a_timing_not_a_start(
+    model: Timed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "a file"
+    home.write_text("")
+    monkeypatch.setenv("DUO_HOME", str(home))
+    assert sorted(costs(model)) == list(range(1, 10))
