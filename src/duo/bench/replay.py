@@ -100,10 +100,10 @@ class Oracle(Longest):
 
     def choose(self, offered: Sequence[Proposal], base: Base = ALONE) -> Choice:
         text, at = self.model.text, self.model.at
-        best, choice = 1 / self.costs.cost(base.tokens + 1), Choice(None, 0, 1.0)
+        best, choice = 1 / base.cost(self.costs.cost, 1), Choice(None, 0, 1.0)
         for p in offered:
             for n in range(1, common_prefix(p.tokens, tuple(text[at : at + len(p.tokens)])) + 1):
-                rate = (n + 1) / self.costs.cost(base.tokens + n + 1)
+                rate = (n + 1) / base.cost(self.costs.cost, n + 1)
                 if rate > best:
                     best, choice = rate, Choice(p, n, n + 1.0)
         return choice
