@@ -12,8 +12,9 @@ import hashlib
 import json
 import os
 import platform
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from duo.core.policy import CostModel
@@ -79,7 +80,9 @@ def cached(
     before, others = model.n_threads, OtherLoad()
     model.set_threads(threads)
     try:
-        costs = calibrate(model, max_batch, context=context, all_logits=all_logits, extra=extra)
+        costs = apart(
+            lambda: calibrate(model, max_batch, context=context, all_logits=all_logits, extra=extra)
+        )
     finally:
         model.set_threads(before)
     if (others.share() or 0.0) > BUSY_SHARE:
@@ -92,6 +95,28 @@ def cached(
     except OSError:  # a home that cannot be written: timed again at the next start
         pass
     return costs
+
+
+def apart(timing: Callable[[], CostModel]) -> CostModel:
+    """Run `timing` on a thread of its own, which ends with it. llama.cpp's OpenMP build
+    keeps a team of worker threads for each thread that has run a pass on several threads,
+    for as long as that thread lives: a lead's main thread that timed passes at start
+    would keep its idle team, and every pass of the engine thread then took ~10 ms more
+    (a 1.5B pass of one token on 2 cores: 36-40 ms instead of 24-27)."""
+    done: list[CostModel | BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(timing())
+        except BaseException as e:  # raised again on the calling thread
+            done.append(e)
+
+    thread = threading.Thread(target=run, name="timing")
+    thread.start()
+    thread.join()
+    if isinstance(done[0], BaseException):
+        raise done[0]
+    return done[0]
 
 
 def _identity(model: Model) -> list[str | int]:

@@ -3,12 +3,14 @@ read from $DUO_HOME/costs (a fake model: only how often it is timed matters here
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
+from duo.core.policy import CostModel
 from duo.llama import calibrate
 from duo.llama.backend import Model
 from duo.llama.calibrate import cached
@@ -119,3 +121,22 @@ def test_a_home_that_cannot_be_written_costs_a_timing_not_a_start(
     home.write_text("")
     monkeypatch.setenv("DUO_HOME", str(home))
     assert sorted(costs(model)) == list(range(1, 10))
+
+
+def test_timing_runs_on_a_thread_that_ends_with_it() -> None:
+    # llama.cpp's OpenMP keeps a team of workers per thread that ran a pass on several
+    # threads; a team left on the lead's main thread slowed every engine-thread pass.
+    seen: list[threading.Thread] = []
+
+    def timing() -> CostModel:
+        seen.append(threading.current_thread())
+        return CostModel({1: 0.01})
+
+    assert calibrate.apart(timing).seconds == {1: 0.01}
+    assert seen[0] is not threading.current_thread() and not seen[0].is_alive()
+
+    def failing() -> CostModel:
+        raise ValueError("a pass failed")
+
+    with pytest.raises(ValueError, match="a pass failed"):
+        calibrate.apart(failing)
