@@ -1,10 +1,16 @@
-"""Which servers `duo bench --clients` measures, at which settings, and its table."""
+"""Which servers `duo bench --clients` measures, at which settings, and its table; how
+it stops them."""
 
 from __future__ import annotations
+
+import signal
+import subprocess
+import sys
 
 import httpx
 import pytest
 
+from duo.bench.harness import servers
 from duo.bench.harness.clients import ClientsReport, LoadResult, _Client, _stream, _variants
 from duo.core.sampling import GREEDY
 from duo.errors import GenerationFailed
@@ -51,3 +57,20 @@ def test_the_table_keeps_its_columns_for_long_server_names() -> None:
     assert len(rows) == 4
     column = header.index("clients") + len("clients")  # the counts are right-aligned to it
     assert all(row[column - 1] in "14" and row[column] == " " for row in rows), rows
+
+
+def test_a_server_that_will_not_end_is_killed_and_the_run_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # llama-server once hung in its shutdown at the end of a bench: the run's figures went
+    # with the TimeoutExpired. A process that ignores SIGTERM stands in for it.
+    monkeypatch.setattr(servers, "STOP_SECONDS", 0.2)
+    ignores = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); " + (
+        "print(flush=True); time.sleep(60)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", ignores], stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline()  # SIGTERM is ignored by now
+    server = servers.Server.__new__(servers.Server)
+    server.procs = [proc]
+    server.stop()
+    assert proc.returncode == -signal.SIGKILL

@@ -24,6 +24,7 @@ SERVERS = (
     "llama-server+ngram",
 )
 SPECULATIVE_PEERS = ("llama-server+md", "llama-server+ngram")  # they take a draft length
+STOP_SECONDS = 30.0  # how long a server may take to end when asked
 
 
 class Server:
@@ -44,9 +45,15 @@ class Server:
             raise
 
     def stop(self) -> None:
+        """Ask each process to end; one still running after STOP_SECONDS is killed
+        (llama-server has hung in its shutdown, and the run's figures went with it)."""
         for proc in reversed(self.procs):
             proc.terminate()
-            proc.wait(timeout=30)
+            try:
+                proc.wait(timeout=STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def _healthy(url: str) -> bool:
