@@ -8,6 +8,7 @@ so it lives here, next to the model, while the cost model itself is pure maths
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -120,16 +121,21 @@ def apart(timing: Callable[[], CostModel]) -> CostModel:
 
 
 def _identity(model: Model) -> list[str | int]:
-    """The model file (path, size, time) and this machine (the CPU's name and count): a
-    cost measured for another file or machine is not this one's."""
+    """The model file (path, size, time) and this machine: a cost measured for another
+    file or machine is not this one's."""
     stat = model.path.stat()
+    return [str(model.path.resolve()), stat.st_size, stat.st_mtime_ns, _machine()]
+
+
+@functools.cache
+def _machine() -> str:
+    """The CPU's name and count (read once: a start times or reads several cost tables)."""
     try:
         info = Path("/proc/cpuinfo").read_text()
         cpu = next(line for line in info.splitlines() if line.startswith("model name"))
     except (OSError, StopIteration):
         cpu = platform.processor()
-    machine = f"{cpu} x{os.cpu_count()} {platform.machine()}"
-    return [str(model.path.resolve()), stat.st_size, stat.st_mtime_ns, machine]
+    return f"{cpu} x{os.cpu_count()} {platform.machine()}"
 
 
 def spread(max_batch: int) -> list[int]:
