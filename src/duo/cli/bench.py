@@ -322,6 +322,7 @@ def _bench_clients(
         suite=args.suite,
         peer_drafts=args.peer_draft,
         peer_keys=args.peer_key,
+        interleave=_interleave(args.order, models),
     )
     print(file=sys.stderr)
     print(report.table())

@@ -11,7 +11,14 @@ import httpx
 import pytest
 
 from duo.bench.harness import servers
-from duo.bench.harness.clients import ClientsReport, LoadResult, _Client, _stream, _variants
+from duo.bench.harness.clients import (
+    ClientsReport,
+    LoadResult,
+    _Client,
+    _stream,
+    _variants,
+    schedule,
+)
 from duo.core.sampling import GREEDY
 from duo.errors import GenerationFailed
 from duo.session.config import SpecConfig
@@ -21,7 +28,7 @@ def test_speculative_peers_run_at_each_setting_and_the_rest_once() -> None:
     spec = SpecConfig(draft_max=8)
     servers = ["duo", "llama-server", "llama-server+ngram", "llama-server+md"]
     got = _variants(servers, spec, [4, 16], [3, 6])
-    assert [(label, kind, s.draft_max, key) for label, kind, s, key in got] == [
+    assert [(label, kind, s.draft_max, key) for label, (kind, s, key) in got.items()] == [
         ("duo", "duo", 8, 3),
         ("llama-server", "llama-server", 8, 3),
         ("llama-server+ngram/k4/n3", "llama-server+ngram", 4, 3),
@@ -32,7 +39,27 @@ def test_speculative_peers_run_at_each_setting_and_the_rest_once() -> None:
         ("llama-server+md/k16", "llama-server+md", 16, 3),
     ]
     plain = _variants(servers, spec, [8], [3])  # one setting each: the plain names
-    assert [(label, s.draft_max) for label, _, s, _ in plain] == [(n, 8) for n in servers]
+    assert [(label, s.draft_max) for label, (_, s, _) in plain.items()] == [(n, 8) for n in servers]
+
+
+def test_interleaved_servers_take_turns_block_by_block_each_going_first_in_turn() -> None:
+    work = [f"p{i}" for i in range(5)]
+    got = schedule(["a", "b", "c"], work, 2, interleave=True)
+    assert [(name, part) for name, part, _ in got] == [
+        ("a", ["p0", "p1"]), ("b", ["p0", "p1"]), ("c", ["p0", "p1"]),
+        ("b", ["p2", "p3"]), ("c", ["p2", "p3"]), ("a", ["p2", "p3"]),
+        ("c", ["p4"]), ("a", ["p4"]), ("b", ["p4"]),
+    ]  # fmt: skip
+    assert got[-1][2] == ", block 3/3"
+    for name in "abc":  # each server answers every prompt once, in the suite's order
+        assert [p for n, part, _ in got if n == name for p in part] == work
+    one = schedule(["a", "b"], work, 1, interleave=True)
+    assert [name for name, _, _ in one] == ["a", "b", "b", "a"] * 2 + ["a", "b"]
+
+
+def test_sequential_servers_take_the_whole_work_one_after_another() -> None:
+    work = ["p0", "p1", "p2"]
+    assert schedule(["a", "b"], work, 2, interleave=False) == [("a", work, ""), ("b", work, "")]
 
 
 def test_an_error_in_the_stream_fails_the_bench_instead_of_counting_a_short_answer() -> None:

@@ -2,12 +2,19 @@
 
 Each server is started afresh for each client count, on the cores its duo counterpart
 uses, with as many slots as the most clients measured. For each client count c, c clients
-stream
-completions at once: client j sends prompts j, j+c, j+2c, ... of the suite, one after the
-other, so every count does the same work. Reported per server and count: aggregate tokens
-per second (all tokens / wall time), and over every client's requests the time to first
-token, the gap between streamed chunks, and the inter-token latency (p50, p99: a client that
-starves shows in p99). A speculative round streams several tokens in one chunk: its gap
+stream completions at once: client j sends prompts j, j+c, j+2c, ... of the suite, one
+after the other, so every count does the same work. Interleaved (`--order`, the default),
+every server is up at once and they take turns block by block: each block is c prompts
+(or sessions), one per client, and each server in turn answers it, the first one changing
+from block to block. A host whose speed drifts then slows every server alike, where one
+server after another would lay a drift between them (on this project's 2-vCPU machine,
+consecutive half-minute runs of the same server differ by up to 10%). Sequential, each
+server is started, loaded with the whole suite and stopped in turn.
+
+Reported per server and count: aggregate tokens per second (all tokens / wall time, the
+blocks' times added up), and over every client's requests the time to first token, the gap
+between streamed chunks, and the inter-token latency (p50, p99: a client that starves
+shows in p99). A speculative round streams several tokens in one chunk: its gap
 counts once among the gaps, and as gap / tokens for each of its tokens among the
 inter-token latencies (tokens per chunk from duo's `duo` field; llama-server streams one
 token a chunk).
@@ -29,6 +36,7 @@ chat template.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -39,7 +47,7 @@ from typing import Any
 import httpx
 
 from duo.bench.harness.runners import Prompt, prompt_text
-from duo.bench.harness.servers import SPECULATIVE_PEERS, start
+from duo.bench.harness.servers import SPECULATIVE_PEERS, Server, start
 from duo.bench.harness.workloads import WorkloadSession
 from duo.core.sampling import SamplingParams
 from duo.errors import GenerationFailed
@@ -245,9 +253,11 @@ def run(
     suite: str = "",
     peer_drafts: list[int] | None = None,
     peer_keys: list[int] | None = None,
+    interleave: bool = True,
 ) -> ClientsReport:
-    """Every server with every client count, `repeat` times, servers taking turns; over
-    prompts, or over sessions of dependent requests. llama-server's speculative peers run
+    """Every server with every client count, `repeat` times, servers taking turns block by
+    block (`interleave`) or one after another; over prompts, or over sessions of dependent
+    requests. llama-server's speculative peers run
     at each of `peer_drafts` (draft lengths) and, for its n-gram pool, `peer_keys` (key
     lengths), as servers of their own."""
     slots = max(counts)
@@ -271,40 +281,77 @@ def run(
                 "peer_drafts": peer_drafts or [spec.draft_max],
                 "peer_keys": peer_keys or [3],
                 "temperature": sampling.temperature,
+                "order": "interleaved" if interleave else "sequential",
             }
         )
         for rep in range(repeat):
             for c in counts:
-                for name, kind, settings, key in variants:
-                    # A fresh server for each count: duo's suffix cache must not remember
-                    # the answers of the last one.
-                    log(f"repeat {rep + 1}/{repeat}: {name}, {c} client(s)")
-                    server = start(kind, models, settings, slots, bin_dir, key)
-                    try:
-                        load(server.url, warm_up, 1, min(n, 16), sampling)
-                        runs, seconds = load(server.url, work, c, n, sampling, render)
-                    finally:
-                        server.stop()
-                    report.results.append(_result(name, c, runs, seconds, server.devices))
+                # Fresh servers for each count: duo's suffix cache must not remember the
+                # answers of the last one.
+                with contextlib.ExitStack() as up:
+                    live: dict[str, Server] = {}
+                    tally: dict[str, tuple[list[_Client], float]] = {}
+                    for name, part, step in schedule(list(variants), work, c, interleave):
+                        say = f"repeat {rep + 1}/{repeat}: {name}, {c} client(s){step}"
+                        if name not in live:
+                            if not interleave:
+                                up.close()  # one server at a time
+                            log(say + ": starting")
+                            live[name] = _started(variants[name], models, slots, bin_dir)
+                            up.callback(live[name].stop)
+                            load(live[name].url, warm_up, 1, min(n, 16), sampling)
+                        log(say)
+                        runs, seconds = load(live[name].url, part, c, n, sampling, render)
+                        done, took = tally.get(name, ([], 0.0))
+                        tally[name] = (done + runs, took + seconds)
+                    for name, (runs, seconds) in tally.items():
+                        report.results.append(_result(name, c, runs, seconds, live[name].devices))
     return report
+
+
+Work = list[str] | list[WorkloadSession]
+Variant = tuple[str, SpecConfig, int]  # the server, its settings, its n-gram key length
+
+
+def schedule(
+    names: list[str], work: Work, clients: int, interleave: bool
+) -> list[tuple[str, Work, str]]:
+    """One client count's loads in order: (server, its prompts or sessions, which block).
+    Interleaved, the servers take turns block by block: `clients` prompts at a time, one
+    per client, and each server goes first as often as the others (the first of a block
+    meets a host that the last one's requests left busy or idle). Sequential, each server
+    takes the whole work in turn."""
+    if not interleave:
+        return [(name, work, "") for name in names]
+    parts = [work[i : i + clients] for i in range(0, len(work), clients)]
+    return [
+        (name, part, f", block {b + 1}/{len(parts)}")
+        for b, part in enumerate(parts)
+        for name in names[b % len(names) :] + names[: b % len(names)]
+    ]
+
+
+def _started(variant: Variant, models: ModelConfig, slots: int, bin_dir: str | None) -> Server:
+    kind, settings, key = variant
+    return start(kind, models, settings, slots, bin_dir, key)
 
 
 def _variants(
     servers: list[str], spec: SpecConfig, drafts: list[int], keys: list[int]
-) -> list[tuple[str, str, SpecConfig, int]]:
-    """(label, server, settings, n-gram key) for each server to measure: a speculative
-    llama-server once per draft length (labelled SERVER/kK when there are several), its
-    n-gram pool once per key length too (SERVER/kK/nN), the others once."""
-    out = []
+) -> dict[str, Variant]:
+    """Each server to measure by its label: a speculative llama-server once per draft
+    length (labelled SERVER/kK when there are several), its n-gram pool once per key
+    length too (SERVER/kK/nN), the others once."""
+    out = {}
     for name in servers:
         if name not in SPECULATIVE_PEERS:
-            out.append((name, name, spec, 3))
+            out[name] = (name, spec, 3)
             continue
         for k in drafts:
             label = name + (f"/k{k}" if len(drafts) > 1 else "")
             for key in keys if name == "llama-server+ngram" else [3]:
                 tag = f"/n{key}" if len(keys) > 1 and name == "llama-server+ngram" else ""
-                out.append((label + tag, name, replace(spec, draft_max=k), key))
+                out[label + tag] = (name, replace(spec, draft_max=k), key)
     return out
 
 
