@@ -86,6 +86,18 @@ def test_the_table_keeps_its_columns_for_long_server_names() -> None:
     assert all(row[column - 1] in "14" and row[column] == " " for row in rows), rows
 
 
+def test_the_table_shows_each_server_s_median_repeat_not_its_best() -> None:
+    ms = {"p50": 1.0, "p99": 2.0}
+    report = ClientsReport({})
+    for tokens in (90, 120, 100):
+        report.results.append(LoadResult("duo", 1, tokens, 1.0, ms, ms, ms))
+    assert report.median("duo", 1) == report.results[2]
+    assert report.table().splitlines()[1].split()[2] == "100.0"
+    report.results.pop()  # of two, the lower
+    assert report.median("duo", 1) == report.results[0]
+    assert report.median("llama-server", 1) is None
+
+
 def test_a_server_that_will_not_end_is_killed_and_the_run_goes_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

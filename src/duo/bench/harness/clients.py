@@ -11,13 +11,13 @@ server after another would lay a drift between them (on this project's 2-vCPU ma
 consecutive half-minute runs of the same server differ by up to 10%). Sequential, each
 server is started, loaded with the whole suite and stopped in turn.
 
-Reported per server and count: aggregate tokens per second (all tokens / wall time, the
-blocks' times added up), and over every client's requests the time to first token, the gap
-between streamed chunks, and the inter-token latency (p50, p99: a client that starves
-shows in p99). A speculative round streams several tokens in one chunk: its gap
-counts once among the gaps, and as gap / tokens for each of its tokens among the
-inter-token latencies (tokens per chunk from duo's `duo` field; llama-server streams one
-token a chunk).
+Reported per server and count, from the repeat with the median tok/s: aggregate tokens per
+second (all tokens / wall time, the blocks' times added up), and over every client's
+requests the time to first token, the gap between streamed chunks, and the inter-token
+latency (p50, p99: a client that starves shows in p99). A speculative round streams
+several tokens in one chunk: its gap counts once among the gaps, and as gap / tokens for
+each of its tokens among the inter-token latencies (tokens per chunk from duo's `duo`
+field; llama-server streams one token a chunk).
 
     duo              duo lead --parallel N, free drafters, the main model on every core
     duo+back         the same lead on the main core, a back on the draft core
@@ -83,9 +83,11 @@ class ClientsReport:
     settings: dict[str, Any]
     results: list[LoadResult] = field(default_factory=list)
 
-    def best(self, server: str, clients: int) -> LoadResult | None:
+    def median(self, server: str, clients: int) -> LoadResult | None:
+        """The repeat whose tok/s is the median (of an even number, the lower middle)."""
         runs = [r for r in self.results if (r.server, r.clients) == (server, clients)]
-        return max(runs, key=lambda r: r.tokens_per_second, default=None)
+        runs.sort(key=lambda r: r.tokens_per_second)
+        return runs[(len(runs) - 1) // 2] if runs else None
 
     def table(self) -> str:
         counts = sorted({r.clients for r in self.results})
@@ -96,9 +98,9 @@ class ClientsReport:
             f"{'accept':>6}  devices"
         ]
         for server in dict.fromkeys(r.server for r in self.results):
-            one = self.best(server, counts[0])
+            one = self.median(server, counts[0])
             for c in counts:
-                r = self.best(server, c)
+                r = self.median(server, c)
                 if r is None:
                     continue
                 scale = r.tokens_per_second / one.tokens_per_second if one else 0.0
