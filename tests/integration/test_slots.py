@@ -189,6 +189,27 @@ def test_a_slot_takes_a_prefix_another_slot_holds(cluster: Cluster) -> None:
     assert t["prompt_n"] + t["cache_n"] == r.usage.prompt_tokens
 
 
+def test_a_prompt_unlike_the_others_leaves_the_slot_that_holds_their_prefix(
+    cluster: Cluster,
+) -> None:
+    """A prompt that shares nothing with the cached ones takes the slot used longest ago
+    (an empty one first), not the one holding the system prompt the chats share: the next
+    chat reads only what follows it, as llama-server's LRU slot choice gives."""
+    _, url = cluster.lead("--parallel", "2", "--spec-type", "none", "--quiet")
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=300)
+    system = "You are a careful assistant. " * 20
+
+    def timings(prompt: str) -> dict[str, Any]:
+        r = client.completions.create(model="duo", prompt=prompt, max_tokens=4, temperature=0)
+        return dict((r.model_extra or {})["timings"])
+
+    known = timings(system + "Name a fruit.")["prompt_n"]  # all of it: a fresh lead
+    unlike = timings("Zebras graze on the open plains of Africa.")
+    assert unlike["cache_n"] == 0, unlike
+    t = timings(system + "Name a colour.")
+    assert t["cache_n"] >= known - 8, t  # the shared prefix, less the differing ending
+
+
 def test_a_short_request_is_answered_while_a_long_prompt_is_read(cluster: Cluster) -> None:
     """A short request that comes while another slot reads a prompt of thousands of tokens
     (a completion's, then a /prefill's) is read and answered in the meantime, not after

@@ -117,6 +117,8 @@ class Engine:
         self._calls: deque[Call] = deque()
         self._running: dict[int, Running] = {}  # by slot; the engine thread's alone
         self._stepping: dict[int, tuple[Call, Generator[Any, None, Any]]] = {}  # by slot
+        self._taken = [0] * self.slots  # when each slot was last taken (_takes then; 0: never)
+        self._takes = 0
         self._owed = 0.0  # seconds of rounds the running requests are owed (see _turn)
         self._wake = threading.Condition()
         self._closing = False
@@ -312,14 +314,19 @@ class Engine:
 
     def _take_slot(self, prompt: list[int]) -> int:
         """The free slot whose cached tokens share the longest prefix with the prompt (as
-        llama-server picks). If another slot, running or not, holds a longer prefix, the
+        llama-server picks); of slots that share as much, the one taken longest ago (one
+        never taken first, as llama-server's LRU), so that a prompt sharing nothing with
+        the cached ones (a raw prompt among chats) does not take the slot that holds what
+        the chats share. If another slot, running or not, holds a longer prefix, the
         free slot takes it over: the KV cells are shared, not computed again (a system
         prompt every session sends is read once, not once per slot). A deterministic
         model has a buffer per sequence, and nothing to share."""
         main = self.session.main
         shared = [common_prefix(main.seqs[s], prompt) for s in range(self.slots)]
         free = [s for s in range(self.slots) if s not in self._running and s not in self._stepping]
-        slot = max(free, key=shared.__getitem__)
+        slot = max(free, key=lambda s: (shared[s], -self._taken[s]))
+        self._takes += 1
+        self._taken[slot] = self._takes
         best = max(range(self.slots), key=shared.__getitem__)
         n = min(shared[best], len(prompt) - 1)  # the last token is always fed again
         if main.shares_cells and n > shared[slot]:
