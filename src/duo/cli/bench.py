@@ -129,7 +129,8 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         choices=("auto", "interleaved", "sequential"),
         default="auto",
         help="interleaved: the modes take turns prompt by prompt, all loaded at once (fair "
-        "on a host whose speed drifts); sequential: one mode after another, one loaded at a "
+        "on a host whose speed drifts; with --clients, the servers take turns a block of a "
+        "prompt per client at a time); sequential: one mode after another, one loaded at a "
         "time; auto: interleaved unless layers are offloaded with -ngl/-ngld",
     )
     g.add_argument(

@@ -259,9 +259,8 @@ def run(
 ) -> ClientsReport:
     """Every server with every client count, `repeat` times, servers taking turns block by
     block (`interleave`) or one after another; over prompts, or over sessions of dependent
-    requests. llama-server's speculative peers run
-    at each of `peer_drafts` (draft lengths) and, for its n-gram pool, `peer_keys` (key
-    lengths), as servers of their own."""
+    requests. llama-server's speculative peers run at each of `peer_drafts` (draft
+    lengths) and, for its n-gram pool, `peer_keys` (key lengths), as servers of their own."""
     slots = max(counts)
     variants = _variants(servers, spec, peer_drafts or [spec.draft_max], peer_keys or [3])
     with Model(models.main, n_ctx=512) as model:  # its chat template renders every prompt
