@@ -4,6 +4,7 @@ read from $DUO_HOME/costs (a fake model: only how often it is timed matters here
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -76,6 +77,31 @@ def test_costs_timed_on_a_busy_machine_are_used_not_kept(model: Timed, tmp_path:
     costs(model)  # timed again, quietly: kept
     costs(model)
     assert model.passes == 2 * timed
+
+
+class Scripted(Timed):
+    """A model whose passes take the seconds of a script, on a clock of its own."""
+
+    def __init__(self, path: Path, seconds: list[float]) -> None:
+        super().__init__(path, [0, "auto"])
+        self.clock = 0.0
+        self.script = iter(seconds)
+
+    def decode(self, tokens: Sequence[int], *, all_logits: bool = True) -> None:
+        super().decode(tokens, all_logits=all_logits)
+        self.clock += next(self.script)
+
+
+def scripted(model: Timed, monkeypatch: pytest.MonkeyPatch, seconds: list[float]) -> Scripted:
+    fake = Scripted(model.path, [0.0, *seconds])  # the context's pass first, untimed
+    monkeypatch.setattr(time, "perf_counter", lambda: fake.clock)
+    return fake
+
+
+def test_each_size_costs_its_fastest_repeat(model: Timed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Other work only ever adds time: two slow passes of three must not set the cost."""
+    fake = scripted(model, monkeypatch, [5.0, 5.0, 1.0] * 2 + [6.0, 2.0, 6.0])
+    assert calibrate.calibrate(cast(Model, fake), 3).seconds == {1: 1.0, 2: 1.0, 3: 2.0}
 
 
 def test_costs_are_timed_once_then_read(model: Timed, tmp_path: Path) -> None:
