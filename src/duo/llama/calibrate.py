@@ -13,9 +13,9 @@ import hashlib
 import json
 import os
 import platform
-import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from duo.core.policy import CostModel
@@ -35,11 +35,10 @@ def calibrate(
     """Measure the model's pass time for the batch sizes `spread(max_batch)`, the fastest
     of `repeats` (other work only ever adds time: a table kept with medians had a single
     smollm2 token at 1.9x its cost, and a lead placed its drafter by it at every start),
-    and `extra` once each (the passes of several
-    slots' rounds, which those rounds then time again), after `context` tokens (a pass
-    costs more the longer the context: attention), with logits for every position (a
-    verification) or for the last only (a drafter catching up). The model's KV holds what
-    it held before."""
+    and `extra` once each (the passes of several slots' rounds, which those rounds then
+    time again), after `context` tokens (a pass costs more the longer the context:
+    attention), with logits for every position (a verification) or for the last only (a
+    drafter catching up). The model's KV holds what it held before."""
     base = len(model.tokens)
     filler = 100  # any valid token: only the timing matters
     model.decode([filler] * max(1, context), all_logits=False)  # warm up, with context
@@ -106,21 +105,10 @@ def apart(timing: Callable[[], CostModel]) -> CostModel:
     keeps a team of worker threads for each thread that has run a pass on several threads,
     for as long as that thread lives: a lead's main thread that timed passes at start
     would keep its idle team, and every pass of the engine thread then took ~10 ms more
-    (a 1.5B pass of one token on 2 cores: 36-40 ms instead of 24-27)."""
-    done: list[CostModel | BaseException] = []
-
-    def run() -> None:
-        try:
-            done.append(timing())
-        except BaseException as e:  # raised again on the calling thread
-            done.append(e)
-
-    thread = threading.Thread(target=run, name="timing")
-    thread.start()
-    thread.join()
-    if isinstance(done[0], BaseException):
-        raise done[0]
-    return done[0]
+    (a 1.5B pass of one token on 2 cores: 36-40 ms instead of 24-27). Its errors are
+    raised again here."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="timing") as thread:
+        return thread.submit(timing).result()  # the thread ends as the block does
 
 
 def _identity(model: Model) -> list[str | int]:
