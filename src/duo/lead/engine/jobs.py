@@ -2,12 +2,12 @@
 
 The main model holds one sequence per slot (`duo lead --parallel N`, llama.cpp's -np).
 A request waits in the queue until a slot is free, then takes the free slot whose KV
-cache shares the longest prefix with its prompt (as llama-server picks); if another slot,
-busy or not, holds a longer prefix of it, the request's slot shares those KV cells. Its
-prompt is evaluated in pieces that ride along with the running requests' rounds (whole
-batches when nothing else runs), and from then on every running request advances
-together: one pass of the main model per round holds each one's last token and chosen
-draft (duo.core.engine.step).
+cache shares the longest prefix with its prompt, of equals the one taken longest ago (as
+llama-server picks); if another slot, busy or not, holds a longer prefix of it, the
+request's slot shares those KV cells. Its prompt is evaluated in pieces that ride along
+with the running requests' rounds (whole batches when nothing else runs), and from then
+on every running request advances together: one pass of the main model per round holds
+each one's last token and chosen draft (duo.core.engine.step).
 A request that fails, stops or is cancelled leaves its slot without disturbing the
 others. Its text streams back as events through `emit`, which must be thread-safe.
 A `call` (a drafter-driven client's verification, duo.core.verifier) runs between rounds
