@@ -25,6 +25,12 @@ from typing import NamedTuple, Protocol
 class CostModel:
     """Seconds per main-model pass by batch size: calibrated, then updated as measured.
 
+    A size's cost is the mean of its timing at start and the passes measured since, until
+    there are 1/smoothing of them, then a moving average: a lead verifies drafts of some
+    lengths only now and then, and a few seconds of timing at start can be off by a tenth
+    (measured on a 2-core CPU: passes of 3 tokens timed at 59 ms cost 65 in the lead),
+    so the first passes it runs teach it at once rather than a tenth at a time.
+
     Sizes between measured ones are interpolated, and a pass never costs less than a
     smaller one: measurements are noisy, and a policy would otherwise pick the draft
     length whose pass happened to be timed fast."""
@@ -34,6 +40,7 @@ class CostModel:
             raise ValueError("the cost of a single-token pass is required")
         self.seconds = dict(seconds)
         self.smoothing = smoothing
+        self._counts = dict.fromkeys(seconds, 1)  # timings behind each size's cost
         # By batch size up to the largest measured ([0] unused): the interpolated costs,
         # and the table a pass costs (never less than a smaller pass).
         self._raw: list[float] = []
@@ -90,11 +97,14 @@ class CostModel:
         if 1 not in seconds:
             raise ValueError("the cost of a single-token pass is required")
         self.seconds = dict(seconds)
+        self._counts = dict.fromkeys(seconds, 1)
         self._table = []
 
     def observe(self, batch: int, seconds: float) -> None:
         old = self.seconds.get(batch)
-        self.seconds[batch] = seconds if old is None else old + self.smoothing * (seconds - old)
+        count = self._counts[batch] = self._counts.get(batch, 0) + 1
+        weight = max(self.smoothing, 1 / count)
+        self.seconds[batch] = seconds if old is None else old + weight * (seconds - old)
         if old is None or not self._table:
             self._table = []  # a new size: tabulate afresh
             return

@@ -72,7 +72,24 @@ def test_a_pass_never_costs_less_than_a_smaller_one() -> None:
     assert sizes == sorted(sizes)
     assert costs.cost(5) == pytest.approx(3.0)
     costs.observe(4, 2.0)  # new measurements count at once
-    assert costs.cost(4) == pytest.approx(3.0 + 0.1 * (2.0 - 3.0))
+    assert costs.cost(4) == pytest.approx(2.5)
+
+
+def test_a_timed_cost_is_averaged_with_the_passes_measured_then_moves_with_them() -> None:
+    costs = CostModel({1: 1.0, 3: 3.0}, smoothing=0.1)
+    for _ in range(3):
+        costs.observe(3, 4.0)
+    assert costs.cost(3) == pytest.approx((3.0 + 3 * 4.0) / 4)  # the mean of the four
+    for _ in range(6):
+        costs.observe(3, 4.0)
+    before = costs.cost(3)  # ten timings: from now on a moving average
+    costs.observe(3, 5.0)
+    assert costs.cost(3) == pytest.approx(before + 0.1 * (5.0 - before))
+    costs.observe(2, 1.5)  # a size never timed: its first pass sets it
+    assert costs.cost(2) == pytest.approx(1.5)
+    costs.reset({1: 1.0, 3: 3.0})  # timed afresh: the measurements start over
+    costs.observe(3, 4.0)
+    assert costs.cost(3) == pytest.approx(3.5)
 
 
 @given(
