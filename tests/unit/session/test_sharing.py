@@ -188,3 +188,24 @@ def test_a_look_is_judged_soon_after_the_drafter_caught_up_and_by_its_drafts_alo
     expected = s.sharing().expected
     assert expected[SPLIT] == pytest.approx(2 / losing)  # the catch-up left out
     assert expected[ALONE] == pytest.approx(1 / SMOL_ALONE[1], rel=0.01)
+
+
+def test_a_look_keeps_the_drafter_only_if_it_pays_then_a_margin_keeps_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At a look's first judgement a drafter a little slower than the main model alone
+    rests; one that paid keeps its cores while it stays within the margin."""
+    s, _, _ = make_share(monkeypatch, SMOL_ALONE, SMOL_SPLIT, 0.0046)
+    alone_two = 2 * SMOL_ALONE[1]  # what alone takes for a round's 2 tokens
+    for slower, rests in ((1.05, True), (0.95, False)):
+        for _ in range(64):  # resting, until the next look
+            passes(s, 1, SMOL_ALONE[1], None, WINDOW)
+            if s.state == SPLIT:
+                break
+        assert s.state == SPLIT
+        passes(s, 2, alone_two * slower, "model", JUDGED // 2)
+        assert s.state == (ALONE if rests else SPLIT)
+    passes(s, 2, alone_two * 1.05, "model", 4 * WINDOW // 2)  # within the margin: kept
+    assert s.state == SPLIT
+    passes(s, 2, alone_two * 1.2, "model", WINDOW // 2)  # clearly slower: rests
+    assert s.state == ALONE
