@@ -26,8 +26,8 @@ acceptance it could not pay. Then:
   have been faster at all. After that it keeps its cores until alone is clearly faster
   (MARGIN). With the margin at the first judgement too, a drafter measured up to a tenth
   slower kept its cores for windows on end: on the default pair, 146.9 tok/s beside it
-  against 162.4 alone held for about 800 tokens, and two looks cost one repeat of the
-  bench's 30 prompts 4% and another 8%.
+  against 162.4 alone held for about 800 tokens, and the bench's repeats over its 30
+  prompts with a look ran at 139.4 and 134.3 tok/s, the one without at 148.8.
 - While it rests (held: it decodes nothing, and catches up when released), the main model
   has every core. Now and then, at intervals that double each time a look shows no gain,
   the drafter gets its cores back for a window, if it could pay at a good acceptance.
