@@ -75,9 +75,10 @@ class Mailbox:
         os.close(self._wake_w)
 
     def _deliver(self) -> None:
+        # One read: a wake-up is written only when the last one's calls were taken (one
+        # byte each); a byte left over wakes the loop once more, to find nothing.
         with contextlib.suppress(BlockingIOError):
-            while os.read(self._wake_r, 4096):
-                pass
+            os.read(self._wake_r, 4096)
         with self._lock:
             calls, self._flushed = self._flushed, []
         for fn, arg in calls:  # each on its own, as call_soon_threadsafe would run it

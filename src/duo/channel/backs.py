@@ -106,7 +106,8 @@ class Backs:
                 return
             del committed[start:]
             committed.extend(tokens)
-            self._send_all(p.Commit(session, start, tuple(tokens)))
+            if self._remotes:  # (a message only where a back hears it)
+                self._send_all(p.Commit(session, start, tuple(tokens)))
 
     def _end(self, session: int) -> None:
         with self._lock:

@@ -66,7 +66,8 @@ class DraftSource(Protocol):
 
     def rest(self, resting: frozenset[str]) -> None:
         """Sources whose key is in `resting` stop drafting (but keep hearing commits) and
-        catch up when they are no longer in it."""
+        catch up when they are no longer in it. Told before a generation's first proposal
+        and whenever the set changes."""
 
     def received(self) -> Mapping[str, int]:
         """Draft tokens that reached the lead for this generation so far, by source name:
@@ -250,6 +251,7 @@ class Generation:
         self._draft: list[int] = []
         self._after: After = "no draft"
         self._room = 0
+        self._resting: frozenset[str] | None = None  # what the sources were last told
 
     def start(self) -> Prefill:
         """The draft source hears of the prompt, then the main model evaluates it."""
@@ -277,7 +279,10 @@ class Generation:
             self.max_tokens - self.produced - 1,
             self.main.n_ctx - len(committed),
         )
-        self.drafts.rest(self.policy.resting)
+        resting = self.policy.resting
+        if resting != self._resting:  # the sources hear of a change, once
+            self.drafts.rest(resting)
+            self._resting = resting
         self._room = room
         self._offered = self.drafts.propose(committed, room) if room > 0 else []
         chosen, n, self.expected = self.policy.choose(self._offered, base)

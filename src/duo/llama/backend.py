@@ -20,10 +20,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -87,6 +87,16 @@ def _forward_log(level: int, text: bytes, _user: Any) -> None:
     message = text.decode("utf-8", "replace").rstrip("\n")
     if message:
         log.debug("llama.cpp: %s", message)
+
+
+def _address_of_logits(lib: Any) -> Callable[[Any], int | None]:
+    """llama_get_logits, returning the buffer's address as an int: llama-cpp-python's
+    binding returns a float pointer, which takes a cast to compare (a function object of
+    its own: the binding's is left as it is)."""
+    get = lib.llama_cpp._lib["llama_get_logits"]
+    get.argtypes = [ctypes.c_void_p]
+    get.restype = ctypes.c_void_p
+    return cast(Callable[[Any], int | None], get)
 
 
 class Model:
@@ -167,6 +177,7 @@ class Model:
         self.decode_cpu_seconds = 0.0
         self._batch = lib.llama_batch_init(n_batch, 0, 1)
         self._logits_address: int | None = None
+        self._logits_at = _address_of_logits(lib)
         self._logits_view: Logits = np.empty((0, self.n_vocab), dtype=np.float32)
 
     def _load(self, devices: ctypes.Array[ctypes.c_void_p] | None, mmap: bool, split: Split) -> Any:
@@ -345,11 +356,13 @@ class Model:
         view costs tens of microseconds (numpy builds a ctypes array type), a round's share
         of the lead's time outside the model: the view is kept while the buffer stays put
         (it moves only when llama.cpp grows it), and only the rows written are read."""
-        pointer = self._lib.llama_get_logits(self._ctx)
-        address = ctypes.cast(pointer, ctypes.c_void_p).value
+        address = self._logits_at(self._ctx)
         end = start + rows
         if address != self._logits_address or end > len(self._logits_view):
+            if address is None:
+                raise ModelError("llama.cpp has no logits for this pass")
             shape = (max(end, self.n_batch), self.n_vocab)
+            pointer = ctypes.cast(address, ctypes.POINTER(ctypes.c_float))
             self._logits_view = np.ctypeslib.as_array(pointer, shape=shape)
             self._logits_address = address
         return self._logits_view[start:end]

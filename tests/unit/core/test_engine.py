@@ -6,8 +6,10 @@ from typing import Any, cast
 
 import pytest
 
+from duo.core.choice import Choice, Longest
 from duo.core.draft import Proposal
 from duo.core.engine import AFTER, NoDrafts
+from duo.core.policy import ALONE, Base
 from duo.core.prompt import prefill
 from duo.core.stats import Stats
 from duo.drafting.sources import SyncDrafts, ThreadDrafts
@@ -92,6 +94,37 @@ def test_each_round_knows_what_the_round_before_did_and_whether_a_draft_was_read
         "rejection": (1, 0),
     }
     assert counts["rejection"].fraction == 0.0 and counts["no draft"].fraction == 1.0
+
+
+class Listening(NoDrafts):
+    """Records what it is told to rest."""
+
+    def __init__(self) -> None:
+        self.told: list[frozenset[str]] = []
+
+    def rest(self, resting: frozenset[str]) -> None:
+        self.told.append(resting)
+
+
+class Resting(Longest):
+    """Rests the "model" source after its 3rd to 5th choices."""
+
+    def __init__(self) -> None:
+        self.rounds = 0
+
+    def choose(self, offered: Sequence[Proposal], base: Base = ALONE) -> Choice:
+        self.rounds += 1
+        self.resting = frozenset({"model"}) if 3 <= self.rounds <= 5 else frozenset()
+        return super().choose(offered, base)
+
+
+def test_the_sources_hear_what_rests_before_the_first_round_and_at_each_change() -> None:
+    table = table_model(9)
+    sources = Listening()
+    policy = Resting()
+    rounds = list(generate(FakeModel(table), [1, 2], max_tokens=9, drafts=sources, policy=policy))
+    assert len(rounds) == policy.rounds == 9  # a round a token: nothing is proposed
+    assert sources.told == [frozenset(), frozenset({"model"}), frozenset()]
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
