@@ -183,9 +183,6 @@ class Acceptance:
         ]
 
 
-LOCAL = 4.0  # a request's own rounds that weigh as much as all learnt before it
-
-
 class StreakAcceptance:
     """Acceptance kept apart by whether the last verified draft was accepted whole.
 
@@ -207,14 +204,12 @@ class StreakAcceptance:
         """`shared`: learn into its counts, with a streak of one's own that starts where
         the shared one's stands (the policies of several slots for one source: what a
         source's drafts are worth is learnt by all, each slot's streak is its own; counts
-        learnt from a recorded trace end in a streak or not), and with counts of one's own
-        for each request (`begin`) over them. `parent`: the prior of each table
-        (Acceptance)."""
+        learnt from a recorded trace end in a streak or not). `parent`: the prior of each
+        table (Acceptance)."""
         self.after_whole: Acceptance
         self.after_rejection: Acceptance
-        self._shared = shared
         if shared is not None:
-            self.begin()
+            self.after_whole, self.after_rejection = shared.after_whole, shared.after_rejection
         else:
             whole, rejection = (
                 (parent.after_whole, parent.after_rejection) if parent else (None, None)
@@ -222,21 +217,6 @@ class StreakAcceptance:
             self.after_whole = Acceptance(prior, weight, whole)
             self.after_rejection = Acceptance(prior, weight, rejection)
         self.streak: bool = shared.streak if shared is not None else False
-
-    def begin(self) -> None:
-        """A request starts: its own counts start afresh, over the shared ones (which
-        hear them too). What a source's drafts are worth depends on the text: a lookup
-        whose matches are right half the time over every request so far is wrong every
-        time in an answer that copies nothing, and verifying it there costs each round
-        a batch (measured on the default pair: an n-gram draft of 3 tokens, rejected 15
-        times in one answer at an estimate that stayed near 0.5, each round 13.3 ms
-        against 7.8 for one token). LOCAL rounds of the request's own weigh as much as
-        everything learnt before it."""
-        if self._shared is None:
-            return  # the counts are this policy's own: no request's apart
-        whole, rejection = self._shared.after_whole, self._shared.after_rejection
-        self.after_whole = Acceptance(weight=LOCAL, parent=whole)
-        self.after_rejection = Acceptance(weight=LOCAL, parent=rejection)
 
     def observe(self, drafted: int, accepted: int) -> None:
         if not drafted:
