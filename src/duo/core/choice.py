@@ -40,6 +40,9 @@ class Chooser(Protocol):
         """Keys of the sources that should rest (stop drafting) for now."""
         ...
 
+    def begin(self) -> None:
+        """A request starts (a chooser serves its slot's requests one after another)."""
+
     def choose(self, offered: Sequence[Proposal], base: Base = ALONE) -> Choice: ...
 
     def observe(
@@ -61,6 +64,9 @@ class Longest:
     """Classic speculative decoding: verify the longest proposal whole."""
 
     resting: frozenset[str] = frozenset()
+
+    def begin(self) -> None:
+        pass
 
     def choose(self, offered: Sequence[Proposal], base: Base = ALONE) -> Choice:
         best = max(offered, key=lambda p: len(p.tokens), default=None)
@@ -238,11 +244,20 @@ class PerSource:
         self._lookups: dict[str, StreakAcceptance] = {}  # the always-ready keys' acceptance
         self._streaks: set[str] = set()  # of those, the keys in a streak after the round
         self._tail: Tail | None = None  # the unverified rest of a lookup's draft
+        self._acceptance: dict[str, StreakAcceptance] = {}  # every key's, in this slot
+
+    def begin(self) -> None:
+        """A request starts in this slot: every source's acceptance counts its rounds
+        apart from the requests before (StreakAcceptance.begin), and the unverified tail
+        of the last request's lookup draft is dropped."""
+        for acceptance in self._acceptance.values():
+            acceptance.begin()
+        self._tail = None
 
     def policy(self, key: str) -> AdaptivePolicy:
         if key not in self.policies:
             explores = key.split("/")[0] not in self.always_ready  # the key: source/grade
-            acceptance = StreakAcceptance(shared=self._learnt(key))
+            acceptance = self._acceptance[key] = StreakAcceptance(shared=self._learnt(key))
             every = self.explore_every if explores else None
             policy = self.policies[key] = AdaptivePolicy(self.costs, acceptance, every)
             if explores:

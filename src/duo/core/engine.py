@@ -256,6 +256,7 @@ class Generation:
     def start(self) -> Prefill:
         """The draft source hears of the prompt, then the main model evaluates it."""
         check_prompt(self.main, self.prompt)  # before a drafter begins on it
+        self.policy.begin()
         self.drafts.begin(self.prompt)
         return prefill(self.main, self.prompt)
 
@@ -264,6 +265,7 @@ class Generation:
         main KV keeps its shared prefix. Returns (tokens kept, the prompt tokens the caller
         must evaluate before the first round, as `step`'s prefill)."""
         check_prompt(self.main, self.prompt)  # before a drafter begins on it
+        self.policy.begin()
         self.drafts.begin(self.prompt)
         return reuse(self.main, self.prompt)
 

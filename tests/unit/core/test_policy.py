@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from duo.core.choice import AdaptivePolicy, PerSource
 from duo.core.draft import Proposal
-from duo.core.policy import Acceptance, Base, CostModel, StreakAcceptance, best_length
+from duo.core.policy import Acceptance, Base, CostModel, Doubts, StreakAcceptance, best_length
 
 
 def test_cheap_batches_verify_the_whole_draft() -> None:
@@ -249,7 +249,7 @@ def test_a_slots_streak_starts_where_the_shared_counts_stand() -> None:
     learnt = StreakAcceptance(prior=0.5)
     learnt.observe(4, 4)
     slot = StreakAcceptance(shared=learnt)
-    assert slot.streak and slot.current is learnt.after_whole
+    assert slot.streak and slot.current.parent is learnt.after_whole
     slot.observe(4, 1)
     assert not slot.streak and learnt.streak
     # The cut draft came during the streak: counted in the shared after-whole table.
@@ -320,3 +320,50 @@ def test_positions_no_draft_reached_yet_are_as_likely_as_the_deepest_one_tested(
     costs = CostModel({1: 1.0, 9: 1.6, 17: 2.4})
     assert best_length(16, costs.cost, a.p) > 3
     assert Acceptance(prior=0.5).p(5) == 0.5  # nothing tested at all: the prior
+
+
+def test_a_lookup_wrong_all_through_a_request_stops_being_verified_in_it() -> None:
+    """Acceptance depends on the text: a lookup right at its first token three times in
+    four over the requests so far is wrong every time in an answer that copies nothing.
+    Its own rounds soon outweigh the shared counts in that request (LOCAL); the next
+    request starts from the shared counts again, which heard the failures too."""
+    costs = CostModel({1: 0.0078, 4: 0.0133})  # the default pair's passes
+    draft = Proposal("ngram", (5, 6, 7), 3)
+
+    def play(chooser: PerSource, right: bool) -> int:
+        """A round whose next tokens are 5, 99 (`right`: the first draft token) or 9."""
+        n = chooser.choose([draft]).n
+        truth = (5, 99) if right else (9,)
+        accepted = 0
+        while accepted < n and truth[accepted] == draft.tokens[accepted]:
+            accepted += 1
+        emitted = truth[: accepted + 1]
+        chooser.observe(
+            draft if n else None, n, accepted, costs.cost(n + 1), [draft], emitted, n + 1
+        )
+        return n
+
+    chooser = PerSource(costs, frozenset({"ngram"}))
+    chooser.begin()
+    assert all(play(chooser, i % 4 != 3) for i in range(40))  # worth a token a round
+    learnt = chooser.learnt["ngram/3"].after_rejection
+    before = learnt.p(0)
+    chooser.begin()
+    verified = [play(chooser, False) for _ in range(10)]
+    assert verified[-3:] == [0, 0, 0] and sum(verified) <= 7
+    assert learnt.p(0) < before  # the shared counts heard them too
+    assert learnt.p(0) > 0.5  # but still rate the lookup by every request
+    chooser.begin()
+    assert play(chooser, False) == 1
+
+
+def test_a_requests_own_counts_lower_the_shared_estimate_and_never_raise_it() -> None:
+    shared = Acceptance(prior=0.5)
+    request = Doubts(weight=4, parent=shared)
+    for _ in range(5):
+        request.observe(2, 2)  # right every time in this request
+    assert request.p(0) == shared.p(0) and request.p(1) == shared.p(1)
+    assert shared.p(0) > 0.5  # the shared counts heard it
+    for _ in range(8):
+        request.observe(2, 0)
+    assert request.p(0) < shared.p(0)
