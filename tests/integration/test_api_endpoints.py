@@ -29,11 +29,14 @@ QUESTION: list[Any] = [{"role": "user", "content": "Name three colors."}]
 
 @pytest.fixture(scope="module")
 def lead(pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A lead whose only draft source is one back (fixed policy: its drafts are verified)."""
+    """A lead whose only draft source is one back (fixed policy: its drafts are verified),
+    with one slot: a request's choices run one after another, so the back has read the
+    prompt by the second and its drafts are verified however busy the machine is (side by
+    side, a short greedy answer can end before a loaded back's first draft)."""
     with Cluster(tmp_path_factory.mktemp("endpoints")) as cluster:
         _, url = cluster.lead(
             "-m", str(pair[0]), "--spec-type", "model", "--policy", "fixed", "--deterministic",
-            "--quiet",
+            "-np", "1", "--quiet",
         )  # fmt: skip
         cluster.back(url, "-m", str(pair[1]))
         yield url

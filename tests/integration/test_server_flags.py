@@ -28,9 +28,11 @@ def test_llama_server_flags(cluster: Cluster) -> None:
     props = httpx.get(f"{url}/props", timeout=10).json()
     assert props["model_alias"] == "m"
     assert props["default_generation_settings"]["n_ctx"] == 8192  # -c 0: SmolLM2's own
-    (slot,) = httpx.get(f"{url}/slots", timeout=10).json()
-    assert slot["id"] == 0 and slot["n_ctx"] == 8192 and not slot["is_processing"]
-    assert slot["n_cached"] > 8  # the chat's prompt and answer, kept for the next request
+    assert props["total_slots"] == 4  # llama-server's default
+    slots = httpx.get(f"{url}/slots", timeout=10).json()
+    assert [s["id"] for s in slots] == [0, 1, 2, 3]
+    assert all(s["n_ctx"] == 8192 and not s["is_processing"] for s in slots)  # each its own
+    assert [s["n_cached"] > 8 for s in slots] == [True, False, False, False]  # the chat, kept
     preflight = httpx.options(
         f"{url}/v1/chat/completions",
         headers={"Origin": "https://app.example", "Access-Control-Request-Method": "POST"},

@@ -84,10 +84,11 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "-np",
         "--parallel",
         type=positive,
-        default=1,
+        default=LeadConfig.parallel,
         metavar="N",
         help="decode up to N requests together, one pass per round, each in a slot with a "
-        "context of its own of -c tokens; more requests wait (default %(default)s)",
+        "context of its own of -c tokens (one KV buffer of N times -c cells); more requests "
+        "wait (default %(default)s, as llama-server)",
     )
     g.add_argument(
         "--prompt-stretch",
@@ -160,7 +161,7 @@ def cmd_lead(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     setup_rpc(args.rpc, n_gpu_layers=args.n_gpu_layers)
-    console = None if args.quiet else Console(sys.stdout.isatty(), slots=args.parallel)
+    console = None if args.quiet else Console(sys.stdout.isatty())
     local_back = _local_back(args, models, keys, tls) if remote_draft else None
     if local_back is not None:
         config = replace(config, models=replace(models, draft=None))

@@ -20,7 +20,7 @@ from duo.core.engine import Generation
 from duo.core.sampling import SamplingParams
 from duo.core.stats import Stats
 from duo.core.text import Chunk
-from duo.lead.engine.events import Done, Ending, Event, Job, Ticket
+from duo.lead.engine.events import Done, Ending, Event, Failed, Job, Ticket
 from duo.lead.engine.jobs import Engine
 from duo.lead.engine.metrics import Metrics
 from tests.unit.fakes import FakeModel, table_model
@@ -108,10 +108,13 @@ def test_a_request_its_client_cancels_ends_cancelled_not_length(
 
     job = Job(prompt=[1, 2, 3], max_tokens=400)
     chunks = 0
+    ends: list[str] = []  # what the console is told at each request's end
 
     def show(slot: int, chunk: Chunk | str) -> None:
         nonlocal chunks
-        if isinstance(chunk, Chunk):
+        if isinstance(chunk, str):
+            ends.append(chunk)
+        else:
             chunks += 1
             if chunks == 39:  # the client goes away (duo.lead.engine.lead: Lead.events)
                 job.cancelled.set()
@@ -130,6 +133,7 @@ def test_a_request_its_client_cancels_ends_cancelled_not_length(
     finally:
         engine.close()
     assert ended == ["cancelled", "length"]
+    assert ends == ["\n", "\n"]  # each request's line ended, the cancelled one's too
     assert not any(isinstance(e, Done) for e in events)  # nobody waits for it any more
     assert isinstance(finished[-1], Done) and finished[-1].finish_reason == "length"
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("request")]
@@ -263,3 +267,28 @@ def test_a_short_request_is_not_held_behind_a_long_prompt(stream: bool) -> None:
         assert all(decoded for _, decoded in passes[1:])
         whole = [i for i, (read, _) in enumerate(passes) if read >= 500]
         assert all(b - a > 1 for a, b in itertools.pairwise(whole[1:]))
+
+
+def test_a_request_whose_pass_fails_ends_its_line_on_the_console() -> None:
+    """A failed request is ended on the console as a finished one is (`show` gets a str),
+    so the console never waits on a generation that is gone."""
+    shown: list[Chunk | str] = []
+    session = FakeSession()
+    passes = itertools.count()
+
+    def on_pass(prompt: int, tokens: int) -> None:
+        if next(passes) == 3:
+            raise RuntimeError("llama_decode failed")
+
+    session.main.on_pass = on_pass
+    engine = Engine(session, show=lambda slot, chunk: shown.append(chunk))  # type: ignore[arg-type]
+    try:
+        events: list[Event] = []
+        engine.submit(Ticket(Job(prompt=[1, 2, 3], max_tokens=50), events.append))
+        deadline = time.monotonic() + 30
+        while not any(isinstance(e, Failed) for e in events) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        engine.close()
+    assert isinstance(events[-1], Failed), events
+    assert shown and all(isinstance(c, Chunk) for c in shown[:-1]) and shown[-1] == "\n"

@@ -86,8 +86,9 @@ class Call:
 
 class Engine:
     """The engine thread and its slots. `show(slot, chunk)` sees each request's text as it
-    is generated (the console), and `done(stats, ending)` / `failed()` each request that
-    ended, finished or cancelled / failed."""
+    is generated (Chunks), then its end: its last text and a newline, as a str (the
+    console). `done(stats, ending)` / `failed()` see each request that ended, finished or
+    cancelled / failed."""
 
     def __init__(
         self,
@@ -399,6 +400,11 @@ class Engine:
         elif r.finish:
             self._end(running, r.finish)
 
+    def _shown(self, running: Running, tail: str) -> None:
+        """The end of a request's text: its last text and the end of its line."""
+        if self._show:
+            self._show(running.slot, tail + "\n")
+
     def _end(self, running: Running, outcome: Ending | Exception | None) -> None:
         """The request leaves its slot: finished (`Finish`), cancelled by its client,
         failed, or shut down (None)."""
@@ -408,11 +414,11 @@ class Engine:
         except Exception:
             log.exception("a draft source failed to end a generation")
         if isinstance(outcome, Exception) or outcome is None:
+            self._shown(running, "")
             self._fail(running.ticket, outcome or DuoError("the lead is shutting down"))
             return
         tail = running.text.finish()
-        if self._show:
-            self._show(running.slot, tail + "\n")
+        self._shown(running, tail)
         logprobs = (
             () if running.record is None else running.entries.finish(tail, running.text.stopped)
         )

@@ -41,7 +41,8 @@ class LeadConfig:
     # JSON-escaped text, with room to spare, and little enough that a hostile body costs the
     # lead only a few tens of megabytes while it is read.
     max_body: int = 8 * 1024 * 1024
-    parallel: int = 1  # --parallel / -np: requests decoded together, one slot each
+    parallel: int = 4  # --parallel / -np: requests decoded together, one slot each (as
+    # llama-server's default: 4 slots in one KV buffer)
     # --prompt-stretch: a round that reads a piece of a new prompt beside running requests
     # costs at most this many times their round (duo.lead.engine.jobs)
     prompt_stretch: float = PIECE_STRETCH
