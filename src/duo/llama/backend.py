@@ -234,7 +234,11 @@ class Model:
         ctx = lib.llama_init_from_model(self._model, cparams)
         if not ctx:
             lib.llama_model_free(self._model)
-            raise ModelError(f"llama.cpp could not create a context for {self.path}")
+            raise ModelError(
+                f"llama.cpp could not create a context of {cells:,} KV cells ({n_seq_max} "
+                f"sequences) for {self.path.name}: too little memory? Fewer slots (-np) or a "
+                "smaller context (-c) take fewer"
+            )
         return ctx
 
     # -- lifecycle -------------------------------------------------------------------
