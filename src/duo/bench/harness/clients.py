@@ -46,7 +46,7 @@ from typing import Any
 
 import httpx
 
-from duo.bench.harness.runners import Prompt, prompt_text
+from duo.bench.harness.runners import Prompt, in_turn, prompt_text
 from duo.bench.harness.servers import SPECULATIVE_PEERS, Server, start
 from duo.bench.harness.workloads import WorkloadSession
 from duo.core.sampling import SamplingParams
@@ -328,7 +328,7 @@ def schedule(
     return [
         (name, part, f", block {b + 1}/{len(parts)}")
         for b, part in enumerate(parts)
-        for name in names[b % len(names) :] + names[: b % len(names)]
+        for name in in_turn(names, b)
     ]
 
 

@@ -15,9 +15,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -30,12 +31,22 @@ from duo.net import free_port
 from duo.session.config import ModelConfig, SpecConfig
 from duo.session.session import Session
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class Prompt:
     kind: str  # "chat" (the model's chat template) or "raw"
     category: str
     text: str
+
+
+def in_turn(items: Sequence[T], turn: int) -> list[T]:
+    """`items` with the one at `turn` (modulo their number) first and the rest in order
+    after it: whoever goes first meets a host that the last one left busy or idle, so
+    over a run each goes first as often as the others."""
+    k = turn % len(items)
+    return [*items[k:], *items[:k]]
 
 
 def prompt_text(model: Model, p: Prompt) -> str:

@@ -26,7 +26,7 @@ from duo.bench.harness.costs import Profiler
 from duo.bench.harness.llamacpp import find_bin, rpc_server_bin
 from duo.bench.harness.modes import PEER_MODES, RUNNERS, Opening
 from duo.bench.harness.report import ModeResult, Report
-from duo.bench.harness.runners import Prompt, Runner, prompt_tokens
+from duo.bench.harness.runners import Prompt, Runner, in_turn, prompt_tokens
 from duo.bench.net.link import Link
 from duo.bench.net.netns import FarHost
 from duo.bench.sim.profiles import DeviceProfile
@@ -328,7 +328,8 @@ def _take_turns(
     measure: Callable[[], None],
     often: bool,
 ) -> dict[str, ModeResult]:
-    """Prompt 0..count-1, `repeat` times, each prompt through every runner in turn. When
+    """Prompt 0..count-1, `repeat` times, each prompt through every runner in turn, each
+    runner going first in its turn (duo.bench.harness.runners.in_turn). When
     `often` (the modes interleaved), a round of device costs is measured first and after
     every half of the prompts."""
     runs: dict[str, list[list[Stats]]] = {r.mode: [] for r in runners}
@@ -340,7 +341,7 @@ def _take_turns(
         for r in runners:
             runs[r.mode].append([])
         for i in range(count):
-            for r in runners:
+            for r in in_turn(runners, rep + i):  # a prompt too: each mode first in a repeat
                 stats, ttft = r.one(i)
                 runs[r.mode][-1].append(stats)
                 ttfts[r.mode].append(ttft)
