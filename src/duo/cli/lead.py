@@ -173,7 +173,10 @@ def cmd_lead(args: argparse.Namespace) -> int:
             local_back.start()
         url = _public_url(args.host, args.port, tls)
         print(f"duo lead: {models.main.name}{local} on {url} ({back_hint(url, keys)})", flush=True)
-        print(f"duo lead: placement: {service.lead.session.sharing().describe()}", flush=True)
+        lead = service.lead
+        slots = f"{config.parallel} slots (-np) of {lead.info.n_ctx:,} tokens (-c)"
+        print(f"duo lead: {slots}", flush=True)
+        print(f"duo lead: placement: {lead.session.sharing().describe()}", flush=True)
         server = _server(
             service.feed.close,
             uvicorn.Config(
