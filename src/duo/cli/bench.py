@@ -128,10 +128,11 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--order",
         choices=("auto", "interleaved", "sequential"),
         default="auto",
-        help="interleaved: the modes take turns prompt by prompt, all loaded at once (fair "
-        "on a host whose speed drifts; with --clients, the servers take turns a block of a "
-        "prompt per client at a time); sequential: one mode after another, one loaded at a "
-        "time; auto: interleaved unless layers are offloaded with -ngl/-ngld",
+        help="interleaved: the modes take turns prompt by prompt, each going first in turn, "
+        "all loaded at once (fair on a host whose speed drifts; with --clients, the servers "
+        "take turns a block of a prompt per client at a time); sequential: one mode after "
+        "another, one loaded at a time; auto: interleaved unless layers are offloaded with "
+        "-ngl/-ngld",
     )
     g.add_argument(
         "--devices",
