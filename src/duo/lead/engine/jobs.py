@@ -400,7 +400,7 @@ class Engine:
         elif r.finish:
             self._end(running, r.finish)
 
-    def _shown(self, running: Running, tail: str) -> None:
+    def _show_end(self, running: Running, tail: str) -> None:
         """The end of a request's text: its last text and the end of its line."""
         if self._show:
             self._show(running.slot, tail + "\n")
@@ -414,11 +414,11 @@ class Engine:
         except Exception:
             log.exception("a draft source failed to end a generation")
         if isinstance(outcome, Exception) or outcome is None:
-            self._shown(running, "")
+            self._show_end(running, "")
             self._fail(running.ticket, outcome or DuoError("the lead is shutting down"))
             return
         tail = running.text.finish()
-        self._shown(running, tail)
+        self._show_end(running, tail)
         logprobs = (
             () if running.record is None else running.entries.finish(tail, running.text.stopped)
         )
