@@ -255,19 +255,22 @@ class Generation:
 
     def start(self) -> Prefill:
         """The draft source hears of the prompt, then the main model evaluates it."""
-        check_prompt(self.main, self.prompt)  # before a drafter begins on it
-        self.policy.begin()
-        self.drafts.begin(self.prompt)
+        self._open()
         return prefill(self.main, self.prompt)
 
     def begin(self) -> tuple[int, Sequence[int]]:
         """Start, leaving the prompt to the caller: the draft source hears of it, and the
         main KV keeps its shared prefix. Returns (tokens kept, the prompt tokens the caller
         must evaluate before the first round, as `step`'s prefill)."""
+        self._open()
+        return reuse(self.main, self.prompt)
+
+    def _open(self) -> None:
+        """The request starts: its prompt is checked, the policy counts its rounds apart,
+        and the draft source hears of the prompt."""
         check_prompt(self.main, self.prompt)  # before a drafter begins on it
         self.policy.begin()
         self.drafts.begin(self.prompt)
-        return reuse(self.main, self.prompt)
 
     def plan(self, base: Base = ALONE, space: int = 1 << 30) -> list[int]:
         """The tokens this round evaluates: the last committed token and the draft (of at
