@@ -295,20 +295,22 @@ def test_an_abandoned_running_request_stops(lead: str) -> None:
 def test_an_abandoned_queued_request_leaves_the_queue(lead: str) -> None:
     requests = metric(lead, "duo_requests_total")
     body = {"prompt": COUNTING, "max_tokens": LONG, "temperature": 0}
-    running = post_and_leave(lead, "/v1/completions", body)
+    slots = health(lead)["slots"]  # every slot busy, so that the next request must wait
+    running = [post_and_leave(lead, "/v1/completions", body) for _ in range(slots)]
     try:
-        wait_until(lambda: health(lead)["busy"], 30, "the first request running")
+        wait_until(lambda: health(lead)["slots_busy"] == slots, 60, "every slot running")
         queued = post_and_leave(lead, "/v1/chat/completions", {"messages": USER, **body})
-        wait_until(lambda: health(lead)["queued"] == 1, 30, "the second request queued")
+        wait_until(lambda: health(lead)["queued"] == 1, 30, "the next request queued")
         queued.close()
         wait_until(lambda: health(lead)["queued"] == 0, 10, "the abandoned request dequeued")
-        assert health(lead)["busy"], "the first request ended: the check proves nothing"
+        assert health(lead)["busy"], "the running requests ended: the check proves nothing"
     finally:
-        running.close()
+        for sock in running:
+            sock.close()
     ttft, _ = time_to_first_token(lead, "a, b, c,", 4, timeout=300)
     assert ttft < 30
-    # The running one and the last one: the queued one never ran.
-    assert metric(lead, "duo_requests_total") - requests == 2
+    # The running ones and the last one: the queued one never ran.
+    assert metric(lead, "duo_requests_total") - requests == slots + 1
 
 
 # -- 3-5. every field and body: 4xx, never 500, on a connection that stays open ------------
