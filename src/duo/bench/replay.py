@@ -30,6 +30,7 @@ from duo.core.policy import ALONE, Base, CostModel
 from duo.core.sampling import Logits
 from duo.drafting.lookup import NGRAM, SUFFIX, NgramDrafts, SuffixDrafts, SuffixMemory
 from duo.drafting.sources import Sources
+from duo.session.config import SpecConfig
 
 STOP = -1  # the recorded end of generation, as a token
 
@@ -132,7 +133,7 @@ def replay(
     requests: Sequence[Request],
     costs: CostModel,
     policy: str = "adaptive",
-    lookup_max: int = 16,
+    lookup_max: int = SpecConfig.lookup_max,
     ngram_max: int = 5,
 ) -> Replay:
     """The requests one after another, as a lead with one slot runs them (its default

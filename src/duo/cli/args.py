@@ -154,7 +154,7 @@ def add_spec_args(p: argparse.ArgumentParser, *, modes: bool = True) -> None:
     g.add_argument(
         "--spec-ngram-size-m",
         type=positive,
-        default=16,
+        default=SpecConfig.lookup_max,
         metavar="M",
         help="most tokens a lookup (ngram, suffix) drafts per round; the adaptive policy "
         "verifies only the part worth its cost (default %(default)s)",

@@ -91,7 +91,9 @@ class SpecConfig:
     deterministic: bool = False  # --deterministic: pad rounds to batches (identical numerics)
     spec_types: frozenset[str] = DEFAULT_SPEC_TYPES  # --spec-type: the draft sources
     ngram_max: int = 5  # --spec-ngram-size-n: the longest n-gram looked up (down to 2)
-    lookup_max: int = 16  # --spec-ngram-size-m: most tokens a lookup (ngram, suffix) proposes
+    # --spec-ngram-size-m: most tokens a lookup (ngram, suffix) proposes; llama.cpp's
+    # default for its n-gram types too
+    lookup_max: int = 48
 
     @property
     def round_max(self) -> int:

@@ -467,7 +467,7 @@ def test_props() -> None:
         "policy": "adaptive",
         "deterministic": False,
         "ngram_max": 5,
-        "lookup_max": 16,
+        "lookup_max": 48,
         "local_drafter": True,
         "drafters": 3,
     }
