@@ -230,11 +230,12 @@ class Session:
 
     def costs(self) -> CostModel:
         """The main model's pass times by batch size, measured once: sizes up to one
-        slot's largest round (every one up to 9, then spread out), then whole multiples
-        of it up to every slot's."""
+        slot's largest round (every one up to 9, then spread out), and every slot's
+        (the sizes between are interpolated: past one slot's round, each token adds about
+        the same)."""
         if self._costs is None:
             k = self.spec.round_max + 1
-            extra = range(2 * k, self.slots * k + 1, k)
+            extra = [self.slots * k] if self.slots > 1 else []
             self._costs = cached(self.main, k, extra=extra)
             if self.share is not None:
                 self.share.costs = self._costs

@@ -100,8 +100,17 @@ def scripted(model: Timed, monkeypatch: pytest.MonkeyPatch, seconds: list[float]
 
 def test_each_size_costs_its_fastest_repeat(model: Timed, monkeypatch: pytest.MonkeyPatch) -> None:
     """Other work only ever adds time: two slow passes of three must not set the cost."""
-    fake = scripted(model, monkeypatch, [5.0, 5.0, 1.0] * 2 + [6.0, 2.0, 6.0])
-    assert calibrate.calibrate(cast(Model, fake), 3).seconds == {1: 1.0, 2: 1.0, 3: 2.0}
+    fake = scripted(model, monkeypatch, [0.05, 0.05, 0.01] * 2 + [0.06, 0.02, 0.06])
+    seconds = calibrate.calibrate(cast(Model, fake), 3).seconds
+    assert seconds == pytest.approx({1: 0.01, 2: 0.01, 3: 0.02})
+
+
+def test_a_long_pass_is_timed_once(model: Timed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Repeats are for short passes, where a hiccup is much of the time."""
+    fake = scripted(model, monkeypatch, [0.2, 0.1, 0.2, 0.3, 0.5, 0.1])  # sizes 1, 2, 3
+    seconds = calibrate.calibrate(cast(Model, fake), 3).seconds
+    assert seconds == pytest.approx({1: 0.1, 2: 0.3, 3: 0.5})
+    assert next(fake.script) == 0.1  # the last size's second pass never ran
 
 
 def test_costs_are_timed_once_then_read(model: Timed, tmp_path: Path) -> None:
