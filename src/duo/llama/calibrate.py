@@ -42,15 +42,22 @@ def calibrate(
     attention), with logits for every position (a verification) or for the last only (a
     drafter catching up). A pass of LONG_PASS seconds or more is timed once: a hiccup is a
     small part of it, and a long lookup cap's sizes (49 tokens of a 1.5B model: 0.35 s on
-    2 cores) would take seconds more at every first start. The model's KV holds what it
-    held before."""
+    2 cores) would take seconds more at every first start. Sizes that do not fit a
+    sequence's context beside `context` are not timed (no round can pass them: the cost
+    model takes larger sizes at the largest one's cost a token). The model's KV holds what
+    it held before."""
     base = len(model.tokens)
     filler = 100  # any valid token: only the timing matters
-    model.decode([filler] * max(1, context), all_logits=False)  # warm up, with context
+    warm = min(max(1, context), model.n_ctx - 1)  # leaving room for a pass beside it
+    if warm > 0:
+        model.decode([filler] * warm, all_logits=False)  # warm up, with context
     start = len(model.tokens)
+    room = model.n_ctx - start
     seconds: dict[int, float] = {}
     sizes = spread(max_batch)
     for batch in [*sizes, *(n for n in extra if n not in sizes)]:
+        if batch > room:
+            continue
         times = []
         for _ in range(repeats if batch <= max_batch else 1):
             t0 = time.perf_counter()

@@ -238,6 +238,6 @@ class CoreShare:
 
 def _timed(model: Model, threads: int, sizes: list[int], all_logits: bool) -> dict[int, float]:
     """The model's pass time by batch size on `threads` threads, after a context of 64
-    (cached: duo.llama.calibrate.cached)."""
+    (cached: duo.llama.calibrate.cached; in a context too small for some, those left out)."""
     seconds = cached(model, sizes[-1], threads=threads, context=64, all_logits=all_logits)
-    return {n: seconds.seconds[n] for n in sizes}
+    return {n: s for n, s in seconds.seconds.items() if n in sizes}

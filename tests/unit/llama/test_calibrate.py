@@ -23,6 +23,7 @@ class Timed:
     def __init__(self, path: Path, settings: list[Any]) -> None:
         self.path = path
         self.settings = settings
+        self.n_ctx = 4096
         self.n_threads = 1
         self.tokens: list[int] = []
         self.passes = 0
@@ -66,6 +67,20 @@ def costs(model: Timed, **kwargs: Any) -> dict[int, float]:
 def test_the_sizes_are_timed_three_times_and_the_slots_multiples_once(model: Timed) -> None:
     costs(model, extra=[18, 27])
     assert model.passes == 1 + 9 * 3 + 2  # the context, then each size
+
+
+def test_sizes_that_do_not_fit_the_context_are_not_timed(model: Timed) -> None:
+    """`duo lead -c 128` has four slots: a pass of every slot's round (4 x 49 tokens) does
+    not fit one sequence's context."""
+    model.n_ctx = 8 + 7  # the context's 8 tokens, then 7 more
+    assert sorted(costs(model, extra=[18])) == list(range(1, 8))
+    assert model.tokens == []
+
+
+def test_a_context_of_one_token_times_one_token_alone(model: Timed) -> None:
+    model.n_ctx = 1
+    assert sorted(costs(model)) == [1]
+    assert model.passes == 3 and model.tokens == []
 
 
 def test_costs_timed_on_a_busy_machine_are_used_not_kept(model: Timed, tmp_path: Path) -> None:
