@@ -114,3 +114,17 @@ def test_prompt_longer_than_the_context(pair: tuple[Path, Path], mode: str) -> N
     models = ["-m", str(pair[0]), "-md", str(pair[1])]
     r = duo("generate", *models, "--mode", mode, "-c", "256", "-n", "4", "-p", "word " * 400)
     assert_clean_failure(r, "raise it with -c")
+
+
+def test_a_context_of_a_few_tokens_generates_what_fits(
+    pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No placement flags: the costs timed at start are those a context of 4 holds (the
+    timing's own 8 tokens of context did not fit, and a size left out was asked for), and
+    a context of one token holds no prompt and its answer."""
+    monkeypatch.setenv("DUO_HOME", str(tmp_path))  # timed here, not read from a cache
+    models = ["-m", str(pair[0]), "-md", str(pair[1])]
+    r = duo("generate", *models, "-c", "4", "-n", "2", "--temp", "0", "-p", "Hi")
+    assert r.returncode == 0, r.stderr
+    assert "decoded" in r.stderr and "Traceback" not in r.stderr
+    assert_clean_failure(duo("generate", *models, "-c", "1", "-n", "2", "-p", "Hi"), "-c")
