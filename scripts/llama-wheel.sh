@@ -34,8 +34,10 @@ if ! cached; then
   # clone's) each build, and the first to finish puts its wheel in place.
   mkdir -p "$CACHE"
   TMP=$(mktemp -d "$DIR.tmp.XXXXXX")
+  # --no-cache-dir: pip's own wheel cache knows the sdist, not these flags, and would hand
+  # back a wheel built with other ones.
   CMAKE_ARGS="$ARGS" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc 2>/dev/null || echo 2) \
-    "$PY" -m pip wheel --no-deps --no-binary llama-cpp-python \
+    "$PY" -m pip wheel --no-cache-dir --no-deps --no-binary llama-cpp-python \
     "llama-cpp-python==$VERSION" -w "$TMP"
   echo "$ARGS" > "$TMP/CMAKE_ARGS"
   # Under a lock: a setup that finishes second must not remove the wheel the first one has
@@ -52,4 +54,6 @@ if ! cached; then
 fi
 "$PY" -m pip install --quiet --force-reinstall --no-deps "$DIR"/llama_cpp_python-*.whl
 "$PY" -m pip install --quiet "numpy>=1.20" "typing-extensions>=4.5" "diskcache>=5.6.1" "jinja2>=2.11.3"
+# This Python holds this wheel now, and no other cached one.
+rm -f "$CACHE"/*/".installed-in-$(echo "$PY" | sha256sum | cut -c1-8)"
 touch "$DIR/.installed-in-$(echo "$PY" | sha256sum | cut -c1-8)"

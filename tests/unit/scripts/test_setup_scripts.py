@@ -16,7 +16,8 @@ case "$*" in
     out=${@: -1}
     sleep 1
     touch "$out/llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
-    echo built >> "$LOG" ;;
+    echo built >> "$LOG"
+    echo "$CMAKE_ARGS | $*" >> "$LOG.wheel" ;;
   *"pip install"*) echo installed >> "$LOG" ;;
 esac
 """
@@ -59,3 +60,15 @@ def test_a_cached_wheel_is_not_built_again(tmp_path: Path) -> None:
     log = (tmp_path / "log").read_text().split()
     assert log.count("built") == 1
     assert log.count("installed") >= 2
+
+
+def test_other_cmake_flags_build_another_wheel_not_pips_cached_one(tmp_path: Path) -> None:
+    python, env = _setup(tmp_path)
+    for flags in ("-DGGML_RPC=ON", "-DGGML_RPC=ON -DGGML_CUDA=ON"):
+        run_env = {**env, "DUO_CMAKE_ARGS": flags}
+        subprocess.run(["bash", str(SCRIPT), str(python)], env=run_env, check=True)
+    builds = (tmp_path / "log.wheel").read_text().splitlines()
+    assert [b.split(" | ")[0] for b in builds] == ["-DGGML_RPC=ON", "-DGGML_RPC=ON -DGGML_CUDA=ON"]
+    # pip's wheel cache is keyed by the sdist alone: asked, it returns the first build.
+    assert all("--no-cache-dir" in b.split(" | ")[1] for b in builds)
+    assert len(list((tmp_path / "home" / "wheels").iterdir())) == 2
