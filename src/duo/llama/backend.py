@@ -30,6 +30,7 @@ import numpy as np
 from duo.core.draft import common_prefix
 from duo.core.sampling import Logits
 from duo.errors import ModelError, PromptTooLong
+from duo.llama import hugepages
 from duo.llama.ubatch import layout
 from duo.llama.vocab import Vocabulary
 
@@ -168,7 +169,7 @@ class Model:
         self.n_threads = n_threads
         # What else makes a pass faster or slower (a measured cost is this model's only)
         self.settings = [n_gpu_layers, devices is not None, flash_attn, cache_types, split]
-        self.settings += [n_ctx, deterministic, self._n_ubatch]
+        self.settings += [n_ctx, deterministic, self._n_ubatch, hugepages.in_effect()]
         # Per sequence, the tokens whose KV is in the cache, in order.
         self.seqs: list[list[int]] = [[] for _ in range(n_seq + forks)]
         # CPU time the calling thread spent in llama_decode (llama.cpp's worker threads,

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from duo.errors import UsageError
+from duo.llama.hugepages import user_environment
 
 EVAL = re.compile(r"(?<!prompt )eval time\s*=\s*([\d.]+) ms /\s*(\d+) (?:runs|tokens)")
 SAMPLING = re.compile(r"sampling time\s*=\s*([\d.]+) ms")
@@ -69,7 +70,13 @@ def _run(argv: list[str], cores: frozenset[int] | None) -> str:
             os.sched_setaffinity(0, cores)
 
     result = subprocess.run(
-        argv, capture_output=True, text=True, timeout=900, preexec_fn=pin, stdin=subprocess.DEVNULL
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        preexec_fn=pin,
+        stdin=subprocess.DEVNULL,
+        env=user_environment(),  # llama.cpp as the user runs it (duo.llama.hugepages)
     )
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-3:]

@@ -27,6 +27,7 @@ from duo.core.sampling import SamplingParams
 from duo.core.stats import Readiness, SourceStats, Stats
 from duo.errors import UsageError
 from duo.llama.backend import Model
+from duo.llama.hugepages import user_environment
 from duo.net import free_port
 from duo.session.config import ModelConfig, SpecConfig
 from duo.session.session import Session
@@ -333,7 +334,11 @@ def quiet(cmd: list[str], cores: frozenset[int] | None = None) -> subprocess.Pop
             os.sched_setaffinity(0, cores)
 
     return subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=pin
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=pin,
+        env=user_environment(),  # as the user runs them (duo.llama.hugepages)
     )
 
 

@@ -12,6 +12,7 @@ import httpx
 
 from duo.bench.harness.llamacpp import find_bin, ngram_flags
 from duo.bench.harness.runners import cores_text, wait_ready
+from duo.llama.hugepages import user_environment
 from duo.net import free_port
 from duo.session.config import DEFAULT_SPEC_TYPES, ModelConfig, SpecConfig
 
@@ -36,7 +37,12 @@ class Server:
         try:
             for i, cmd in enumerate(cmds):
                 self.procs.append(
-                    subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    subprocess.Popen(
+                        cmd,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        env=user_environment(),  # as the user runs them (duo.llama.hugepages)
+                    )
                 )
                 ready = functools.partial(_has_drafter if i else _healthy, url)
                 wait_ready(ready, self.procs[-1])
