@@ -43,6 +43,7 @@ from duo.bench.variants import (
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.errors import UsageError
+from duo.llama import hugepages
 from duo.session.config import ModelConfig, SpecConfig
 from duo.session.session import Session
 
@@ -180,7 +181,12 @@ def run(
     modes = variants(modes, fanouts, rtts, list(halves))
     cores = len(os.sched_getaffinity(0))
     report = Report(
-        machine={"cpus": cores, "platform": sys.platform, "python": sys.version.split()[0]},
+        machine={
+            "cpus": cores,
+            "platform": sys.platform,
+            "python": sys.version.split()[0],
+            "hugepages": hugepages.in_effect(),  # duo's modes; the peers run as given
+        },
         settings={
             "main": str(models.main),
             "draft": str(models.draft),
