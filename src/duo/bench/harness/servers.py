@@ -11,8 +11,7 @@ import sys
 import httpx
 
 from duo.bench.harness.llamacpp import find_bin, ngram_flags
-from duo.bench.harness.runners import cores_text, wait_ready
-from duo.llama.hugepages import user_environment
+from duo.bench.harness.runners import cores_text, quiet, wait_ready
 from duo.net import free_port
 from duo.session.config import DEFAULT_SPEC_TYPES, ModelConfig, SpecConfig
 
@@ -36,14 +35,7 @@ class Server:
         self.procs: list[subprocess.Popen[bytes]] = []
         try:
             for i, cmd in enumerate(cmds):
-                self.procs.append(
-                    subprocess.Popen(
-                        cmd,
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                        env=user_environment(),  # as the user runs them (duo.llama.hugepages)
-                    )
-                )
+                self.procs.append(quiet(cmd))
                 ready = functools.partial(_has_drafter if i else _healthy, url)
                 wait_ready(ready, self.procs[-1])
         except BaseException:
