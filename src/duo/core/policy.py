@@ -46,8 +46,11 @@ class CostModel:
         self._raw: list[float] = []
         self._table: list[float] = []
         self._known: list[int] = []  # the measured sizes, in order
+        self._stale: set[int] = set()  # sizes measured since the table was last asked for
 
     def cost(self, batch: int) -> float:
+        if self._stale:
+            self._refresh()
         table = self._table or self._tabulate()
         largest = len(table) - 1
         if batch <= largest:
@@ -99,27 +102,37 @@ class CostModel:
         self.seconds = dict(seconds)
         self._counts = dict.fromkeys(seconds, 1)
         self._table = []
+        self._stale = set()
 
     def observe(self, batch: int, seconds: float) -> None:
+        """A pass of `batch` tokens took `seconds`. Every round measures one, and most
+        rounds ask no cost of the table: it catches up when next asked (`_refresh`)."""
         old = self.seconds.get(batch)
         count = self._counts[batch] = self._counts.get(batch, 0) + 1
         weight = max(self.smoothing, 1 / count)
         self.seconds[batch] = seconds if old is None else old + weight * (seconds - old)
-        if old is None or not self._table:
+        if old is None:
             self._table = []  # a new size: tabulate afresh
-            return
-        # Every round measures a pass: update only what this size's cost reaches (the
-        # two interpolated stretches next to it, and the monotone table above them).
+        elif self._table:
+            self._stale.add(batch)
+
+    def _refresh(self) -> None:
+        """Update only what the sizes measured since reach: the two interpolated
+        stretches next to each, and the monotone table above them."""
+        stale, self._stale = sorted(self._stale), set()
+        if not self._table:
+            return  # tabulated afresh when asked
         known = self._known
-        i = bisect.bisect_left(known, batch)
-        below, above = known[max(i - 1, 0)], known[min(i + 1, len(known) - 1)]
-        if below < batch:
-            self._interpolate(below, batch)
-        if above > batch:
-            self._interpolate(batch, above)
-        else:
-            self._raw[batch] = self.seconds[batch]
-        self._clamp(below, settled=above)
+        for batch in stale:
+            i = bisect.bisect_left(known, batch)
+            below, above = known[max(i - 1, 0)], known[min(i + 1, len(known) - 1)]
+            if below < batch:
+                self._interpolate(below, batch)
+            if above > batch:
+                self._interpolate(batch, above)
+            else:
+                self._raw[batch] = self.seconds[batch]
+            self._clamp(below, settled=above)
 
 
 class Acceptance:
@@ -320,7 +333,12 @@ def best_length(
     base: Base = ALONE,
 ) -> int:
     """The draft length in [0, available] with the most expected tokens per second, in a
-    pass that also holds `base`."""
+    pass that also holds `base`.
+
+    The lengths are tried in order, and the search stops once no longer one can win:
+    each position past n adds at most the chance of reaching n (chances are at most 1),
+    and a longer pass costs at least as much as one token more (costs never fall). With
+    a lookup's drafts, mostly long and mostly wrong, that is after a position or two."""
     best, best_rate = 0, (base.expected + 1.0) / base.cost(cost, 1)
     expected = survive = 1.0
     for n in range(1, available + 1):
@@ -329,4 +347,8 @@ def best_length(
         rate = (base.expected + expected) / base.cost(cost, n + 1)
         if rate > best_rate:
             best, best_rate = n, rate
+        elif n < available:
+            most = base.expected + expected + survive * (available - n)
+            if most <= best_rate * base.cost(cost, n + 2):
+                break
     return best

@@ -4,12 +4,20 @@ import itertools
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from duo.core.choice import AdaptivePolicy, PerSource
 from duo.core.draft import Proposal
-from duo.core.policy import Acceptance, Base, CostModel, Doubts, StreakAcceptance, best_length
+from duo.core.policy import (
+    Acceptance,
+    Base,
+    CostModel,
+    Doubts,
+    StreakAcceptance,
+    best_length,
+    expected_tokens,
+)
 
 
 def test_cheap_batches_verify_the_whole_draft() -> None:
@@ -49,6 +57,35 @@ def test_a_draft_beside_a_prompt_costs_at_least_the_passs_tokens_on_average() ->
     unlikely = [0.2, 0.7, 0.7, 0.7, 0.7]  # a first token right a fifth of the time
     assert best_length(5, costs.cost, lambda i: unlikely[i], prompt) == 0
     assert best_length(5, costs.cost, lambda i: 0.95, prompt) > 0  # a likely one still is
+
+
+def _every_length(available: int, cost: CostModel, p: list[float], base: Base) -> int:
+    """best_length without its early stop: every length tried."""
+    rates = [
+        (base.expected + expected_tokens(n, p.__getitem__)) / base.cost(cost.cost, n + 1)
+        for n in range(available + 1)
+    ]
+    return rates.index(max(rates))
+
+
+@given(
+    st.lists(st.sampled_from([0.0, 0.0, 0.2, 0.5, 1.0, 2.0]), min_size=17, max_size=17),
+    st.lists(st.sampled_from([0.0, 0.3, 0.5, 0.8, 0.95, 1.0]), min_size=16, max_size=16),
+    st.integers(0, 16),
+    st.tuples(st.sampled_from([0.0, 2.5]), st.integers(0, 6), st.sampled_from([0, 0, 30])),
+)
+@example([1.0] + [0.0] * 16, [0.3] + [1.0] * 15, 2, (0.0, 0, 0))  # 1 token loses, 2 win
+@settings(max_examples=400)
+def test_the_best_length_stops_early_only_where_no_longer_draft_can_win(
+    steps: list[float], p: list[float], available: int, base: tuple[float, int, int]
+) -> None:
+    # Costs that stay flat over some sizes and jump at others, so that a longer draft
+    # can win after shorter ones did not.
+    costs = CostModel({n: 2.0 + sum(steps[: n - 1]) for n in range(1, 18)})
+    pass_ = Base(*base)
+    assert best_length(available, costs.cost, p.__getitem__, pass_) == _every_length(
+        available, costs, p, pass_
+    )
 
 
 def test_cost_model_interpolates_extrapolates_and_learns() -> None:
@@ -106,19 +143,24 @@ def test_a_timed_cost_is_averaged_with_the_passes_measured_then_moves_with_them(
 
 @given(
     st.dictionaries(st.integers(2, 16), st.floats(0.5, 40), max_size=6),
-    st.lists(st.tuples(st.integers(1, 20), st.floats(0.5, 40)), max_size=30),
+    st.lists(st.tuples(st.integers(1, 20), st.floats(0.5, 40), st.booleans()), max_size=30),
 )
 def test_costs_updated_round_by_round_equal_costs_tabulated_afresh(
-    measured: dict[int, float], observed: list[tuple[int, float]]
+    measured: dict[int, float], observed: list[tuple[int, float, bool]]
 ) -> None:
     costs = CostModel({1: 2.0, **measured})
-    for batch, seconds in observed:
-        costs.cost(1)  # the table exists: observe updates it in place
+    costs.cost(1)  # the table exists: observe updates it in place
+    for batch, seconds, asked in observed:
         costs.observe(batch, seconds)
-        fresh = CostModel(costs.seconds)
-        assert [costs.cost(b) for b in range(1, 24)] == pytest.approx(
-            [fresh.cost(b) for b in range(1, 24)]
-        )
+        if asked:  # else several sizes' passes wait for the next cost asked
+            fresh = CostModel(costs.seconds)
+            assert [costs.cost(b) for b in range(1, 24)] == pytest.approx(
+                [fresh.cost(b) for b in range(1, 24)]
+            )
+    fresh = CostModel(costs.seconds)
+    assert [costs.cost(b) for b in range(1, 24)] == pytest.approx(
+        [fresh.cost(b) for b in range(1, 24)]
+    )
 
 
 def test_a_grade_seen_little_starts_from_its_sources_acceptance() -> None:
