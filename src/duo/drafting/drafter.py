@@ -206,10 +206,14 @@ class DraftWorker:
 
     def hold(self, held: bool) -> None:
         """While held the worker decodes for no generation (its cores are lent to the
-        main model); it still hears every commit, and catches up once released."""
+        main model); it catches up with the commits once released."""
         with self._cv:
             self._held = held
             self._cv.notify()
+
+    @property
+    def held(self) -> bool:
+        return self._held
 
     def _track(self, key: int) -> Track | None:
         return next((t for t in self.tracks if t.key == key), None)

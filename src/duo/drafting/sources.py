@@ -105,24 +105,41 @@ def _new_tokens(known: list[Draft], draft: Draft) -> int:
 
 
 class ThreadSlot:
+    """One generation's share of a ThreadDrafts. While the worker is held (its cores lent
+    to the main model, duo.session.share: on a small CPU, for good), the commits are not
+    sent each round; the worker hears what it missed at the first proposal after it is
+    released. (Held, it drafts nothing, and sending them each round cost a tenth of the
+    lead's work between two passes.)"""
+
     def __init__(self, drafts: ThreadDrafts, slot: int) -> None:
         self.drafts = drafts
         self.slot = slot
+        self.unsent: int | None = None  # the first committed position the worker lacks
 
     def begin(self, prompt: Sequence[int]) -> None:
         self.drafts.latest.pop(self.slot, None)
         self.drafts.received[self.slot] = 0
+        self.unsent = None
         self.drafts.worker.begin(self.slot, prompt)
 
     def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
+        if self.unsent is not None and not self.drafts.worker.held:
+            self.drafts.worker.commit(self.slot, self.unsent, committed[self.unsent :])
+            self.unsent = None
         latest = self.drafts.latest.get(self.slot, ())
         tokens = first_usable(committed, latest, limit, self.drafts.n_vocab)
         return [Proposal(MODEL, tuple(tokens))] if tokens else []
 
     def commit(self, start: int, tokens: Sequence[int]) -> None:
-        self.drafts.worker.commit(self.slot, start, tokens)
+        if self.unsent is not None:
+            self.unsent = min(self.unsent, start)
+        elif self.drafts.worker.held:
+            self.unsent = start
+        else:
+            self.drafts.worker.commit(self.slot, start, tokens)
 
     def end(self) -> None:
+        self.unsent = None
         self.drafts.worker.end(self.slot)
 
     def rest(self, resting: frozenset[str]) -> None:

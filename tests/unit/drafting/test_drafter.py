@@ -238,3 +238,30 @@ def test_the_lead_proposes_the_branch_that_continues_its_commits() -> None:
         assert slot.received()["model"] == 3 + 2 + 2
     finally:
         drafts.close()
+
+
+def test_a_held_drafter_is_sent_the_commits_it_missed_once_released() -> None:
+    """Held, the worker drafts nothing: a generation keeps its commits rather than send
+    them each round, and sends them all at its first proposal after the release."""
+    table = table_model(22)
+    drafts = ThreadDrafts(cast(Model, FakeModel(table)), max_ahead=3)
+    worker = drafts.worker
+    try:
+        slot = drafts.source(0)
+        slot.begin([1, 2])
+        worker.hold(True)
+        committed = [1, 2, *reference(table, [1, 2], 6)]
+        for n in range(3, len(committed) + 1):
+            slot.commit(n - 1, committed[n - 1 : n])
+        assert worker.tracks[0].committed == [1, 2]  # nothing sent while held
+        assert slot.propose(committed, 3) == []  # still held: still nothing sent
+        worker.hold(False)
+        slot.propose(committed, 3)
+        assert worker.tracks[0].committed == committed
+        deadline = time.monotonic() + 5
+        while not (proposals := slot.propose(committed, 3)):
+            assert time.monotonic() < deadline, "no draft for the commits sent"
+            time.sleep(0.001)
+        assert proposals[0].tokens == tuple(reference(table, committed, 3))
+    finally:
+        drafts.close()
