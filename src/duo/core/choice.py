@@ -25,6 +25,8 @@ from duo.core.policy import (
     expected_tokens,
 )
 
+NONE_RESTING: frozenset[str] = frozenset()
+
 
 class Choice(NamedTuple):
     proposal: Proposal | None
@@ -277,6 +279,8 @@ class PerSource:
 
     @property
     def resting(self) -> frozenset[str]:
+        if not self._restful:  # only lookups so far: asked every round, so kept cheap
+            return NONE_RESTING
         return frozenset(k for k, p in self._restful.items() if not p.wants_drafts)
 
     def choose(self, offered: Sequence[Proposal], base: Base = ALONE) -> Choice:
@@ -313,6 +317,8 @@ class PerSource:
         self.costs.observe(batch, seconds)
         if self._tail is not None:
             self._tail = self._tail.follow(emitted)
+        if not offered and not self._restful and not self._streaks:
+            return  # most rounds of a text that copies nothing: nothing else to learn
         seen = set()
         for proposal in offered:
             policy = self.policy(proposal.key)
