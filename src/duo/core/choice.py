@@ -45,6 +45,10 @@ class Chooser(Protocol):
     def begin(self) -> None:
         """A request starts (a chooser serves its slot's requests one after another)."""
 
+    def wake(self, source: str) -> None:
+        """`source` drafts again after a pause of its own (an in-process drafter given
+        its cores back): the rounds it had nothing ready in say nothing of its drafts."""
+
     def choose(self, offered: Sequence[Proposal], base: Base = ALONE) -> Choice: ...
 
     def observe(
@@ -68,6 +72,9 @@ class Longest:
     resting: frozenset[str] = frozenset()
 
     def begin(self) -> None:
+        pass
+
+    def wake(self, source: str) -> None:
         pass
 
     def choose(self, offered: Sequence[Proposal], base: Base = ALONE) -> Choice:
@@ -165,6 +172,11 @@ class AdaptivePolicy:
         if self._declined >= self.rest_after:
             self._declined, self._resting = 0, self._rest
             self._rest = min(2 * self._rest, self.rest_max)
+
+    def wake(self) -> None:
+        """Judge the source afresh: no rest, no declined rounds counted, the first rest
+        short again."""
+        self._declined, self._resting, self._rest = 0, 0, self.rest_rounds
 
     def observe(self, drafted: int, accepted: int, next_agreed: bool | None = None) -> None:
         """A round verified `drafted` of this source's tokens (the pass's cost is the
@@ -276,6 +288,11 @@ class PerSource:
             parent = None if source == key else self._learnt(source)
             self.learnt[key] = StreakAcceptance(parent=parent)
         return self.learnt[key]
+
+    def wake(self, source: str) -> None:
+        for key, policy in self._restful.items():
+            if key.split("/")[0] == source:
+                policy.wake()
 
     @property
     def resting(self) -> frozenset[str]:

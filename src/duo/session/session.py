@@ -33,9 +33,10 @@ from duo.core.engine import DraftPool, DraftSource, Generation, NoDrafts, Round,
 from duo.core.logprobs import TokenLogprob
 from duo.core.policy import CostModel, StreakAcceptance
 from duo.core.sampling import GREEDY, SamplingParams
+from duo.core.sharing import ALONE, SPLIT
 from duo.core.stats import Stats
 from duo.drafting.lookup import NGRAM, SUFFIX, NgramDrafts, SuffixDrafts, SuffixMemory
-from duo.drafting.sources import Sources, SyncDrafts, ThreadDrafts
+from duo.drafting.sources import MODEL, Sources, SyncDrafts, ThreadDrafts
 from duo.errors import IncompatibleModels, UsageError
 from duo.llama.backend import Model
 from duo.llama.calibrate import cached
@@ -193,8 +194,17 @@ class Session:
         """Every pass of the main model's rounds (a slot each), on the generation thread:
         the sharing of the cores is weighed, and looked at again now and then
         (duo.session.share)."""
-        if self.share is not None:
-            self.share.observe(rounds)
+        if self.share is None:
+            return
+        held = self.share.state == ALONE
+        self.share.observe(rounds)
+        if held and self.share.state == SPLIT:
+            # A look: the drafter has its cores back. Held, it had no draft ready round
+            # after round, and each slot's policy took that for drafts that do not pay and
+            # rested it (up to 256 rounds at a time): the look would have gone by without
+            # a draft verified, the main model on fewer cores for nothing.
+            for chooser in self._policies.values():
+                chooser.wake(MODEL)
 
     def run(
         self,

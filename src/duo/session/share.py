@@ -22,12 +22,14 @@ acceptance it could not pay. Then:
   the first look at the choice comes `JUDGED` tokens after its first verified draft,
   from those tokens only (or a window after it got its cores, if no draft was verified),
   so that a look at a drafter that still does not pay costs a quarter of a window. A look
-  must show that the drafter pays: at its first judgement the drafter rests if alone would
-  have been faster at all. After that it keeps its cores until alone is clearly faster
-  (MARGIN). With the margin at the first judgement too, a drafter measured up to a tenth
-  slower kept its cores for windows on end: on the default pair, 146.9 tok/s beside it
-  against 162.4 alone held for about 800 tokens, and the bench's repeats over its 30
-  prompts with a look ran at 139.4 and 134.3 tok/s, the one without at 148.8.
+  must show that the drafter pays: at its first `TRIALS` judgements (those tokens, then a
+  whole window) the drafter rests if alone would have been faster at all. After that it
+  keeps its cores until alone is clearly faster (MARGIN). With the margin at the first
+  judgement too, a drafter measured up to a tenth slower kept its cores for windows on
+  end: on the default pair, 146.9 tok/s beside it against 162.4 alone held for about 800
+  tokens, and the bench's repeats over its 30 prompts with a look ran at 139.4 and 134.3
+  tok/s, the one without at 148.8. With one judgement without the margin, a drafter that
+  passed it by chance over its 64 tokens held for 2,650 (154.8 beside it, 171.8 alone).
 - While it rests (held: it decodes nothing, and catches up when released), the main model
   has every core. Now and then, at intervals that double each time a look shows no gain,
   the drafter gets its cores back for a window, if it could pay at a good acceptance.
@@ -53,6 +55,7 @@ log = logging.getLogger(__name__)
 
 WINDOW = 256  # tokens emitted between two looks at the choice
 JUDGED = 64  # tokens after a drafter's first verified draft before the first look at it
+TRIALS = 2  # judgements of a look without the margin: the drafter must pay at each
 PRIOR = 0.7  # a drafter's acceptance before it is measured
 HOPE = 0.85  # the acceptance a resting drafter must be able to pay at for a look
 FIRST_LOOK = 8  # windows before a resting drafter is first given its cores again
@@ -139,7 +142,7 @@ class CoreShare:
         self._seconds = {SPLIT: 0.0, ALONE: 0.0}  # this window's passes, and alone's
         self._tokens = 0  # this window's, beside the drafter
         self._warming = False  # given its cores, the drafter has had no draft verified yet
-        self._looking = False  # a look, not yet judged: the drafter must show it pays
+        self._trials = 0  # a look's judgements left at which the drafter must show it pays
 
     def _estimate(self, acceptance: float) -> Estimate:
         """Both ways' tokens per second by the costs timed at start (duo.core.sharing)."""
@@ -193,8 +196,8 @@ class CoreShare:
                 self.expected = {ALONE: self._tokens / alone, SPLIT: self._tokens / split}
                 self.measured = True
             self._seconds, self._tokens = {SPLIT: 0.0, ALONE: 0.0}, 0
-            margin = 1.0 if self._looking else MARGIN
-            self._looking = False
+            margin = 1.0 if self._trials else MARGIN
+            self._trials = max(0, self._trials - 1)
             if split > margin * alone:  # the drafter costs more than it brings
                 self._take(ALONE)
                 self._plan_look()
@@ -202,7 +205,7 @@ class CoreShare:
         elif 0 <= self._look_at <= self._emitted:  # a look: what is the drafter worth now?
             self._take(SPLIT)
             self._look_at = -1
-            self._looking = True
+            self._trials = TRIALS
 
     def _plan_look(self) -> None:
         """A resting drafter gets its cores back for a window now and then, if it could

@@ -278,6 +278,27 @@ def test_a_drafter_whose_drafts_never_pay_rests_longer_each_time() -> None:
     assert rounds_resting() == 6  # capped
 
 
+def test_a_drafter_given_its_cores_back_is_judged_afresh_not_left_resting() -> None:
+    """Held for its cores, an in-process drafter has nothing ready round after round, and
+    its policy rests it, longer each time. When it gets its cores back (a look at
+    whether it pays), its policy wakes it: no rest left, its next rest a short one."""
+    chooser = PerSource(CostModel({1: 0.01, 2: 0.05}), frozenset({"ngram"}))
+    chooser.choose([Proposal("model", (1, 2)), Proposal("ngram", (3,), 2)])
+    for _ in range(200):  # held: nothing from the drafter, a lookup now and then
+        chooser.choose([])
+        chooser.observe(None, 0, 0, 0.01, [], [5], 1)
+    assert chooser.resting == {"model"}
+    chooser.wake("ngram")  # another source's wake leaves it resting
+    assert chooser.resting == {"model"}
+    chooser.wake("model")
+    assert chooser.resting == frozenset()
+    for _ in range(16):  # then a first rest as after a start, not one doubled 3 times
+        chooser.choose([])
+        chooser.observe(None, 0, 0, 0.01, [], [5], 1)
+    assert chooser.resting == {"model"}
+    assert chooser.policy("model")._resting == 32 - 1  # one round of it observed
+
+
 def test_a_drafter_whose_drafts_pay_never_rests() -> None:
     policy = AdaptivePolicy(CostModel({1: 0.010, 9: 0.011}), Acceptance(prior=0.9), rest_after=2)
     for _ in range(50):

@@ -193,17 +193,26 @@ def test_a_look_is_judged_soon_after_the_drafter_caught_up_and_by_its_drafts_alo
 def test_a_look_keeps_the_drafter_only_if_it_pays_then_a_margin_keeps_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """At a look's first judgement a drafter a little slower than the main model alone
-    rests; one that paid keeps its cores while it stays within the margin."""
+    """At a look's first judgements (JUDGED tokens, then a whole window) a drafter a
+    little slower than the main model alone rests; one that paid at both keeps its cores
+    while it stays within the margin."""
     s, _, _ = make_share(monkeypatch, SMOL_ALONE, SMOL_SPLIT, 0.0046)
     alone_two = 2 * SMOL_ALONE[1]  # what alone takes for a round's 2 tokens
-    for slower, rests in ((1.05, True), (0.95, False)):
+    trials = [  # (slower at the first judgement, over the next window) -> rests
+        ((1.05, None), True),
+        ((0.95, 1.05), True),  # paid over its first 64 tokens by chance, not after
+        ((0.95, 0.95), False),
+    ]
+    for (first, then), rests in trials:
         for _ in range(64):  # resting, until the next look
             passes(s, 1, SMOL_ALONE[1], None, WINDOW)
             if s.state == SPLIT:
                 break
         assert s.state == SPLIT
-        passes(s, 2, alone_two * slower, "model", JUDGED // 2)
+        passes(s, 2, alone_two * first, "model", JUDGED // 2)
+        if then is not None:
+            assert s.state == SPLIT
+            passes(s, 2, alone_two * then, "model", WINDOW // 2)
         assert s.state == (ALONE if rests else SPLIT)
     passes(s, 2, alone_two * 1.05, "model", 4 * WINDOW // 2)  # within the margin: kept
     assert s.state == SPLIT
