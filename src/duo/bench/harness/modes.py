@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from duo.bench.harness.isolated import Isolated
 from duo.bench.harness.llamacpp import NGRAM_TYPES
 from duo.bench.harness.peers import LlamaCpp, RemoteDraft
 from duo.bench.harness.runners import InProcess, LeadBack, Prompt, Runner
@@ -56,7 +57,9 @@ class Opening:
         return replace(self.target, threads=self.cores)
 
     def in_process(self, models: ModelConfig, spec: SpecConfig) -> Runner:
-        return InProcess(self.label, models, spec, self.prompts, self.n, self.sampling)
+        """A Session, in a process of its own (duo.bench.harness.isolated)."""
+        args = (self.label, models, spec, self.prompts, self.n, self.sampling)
+        return Isolated(self.label, InProcess, *args)
 
 
 Opener = Callable[[Opening], Runner]

@@ -2,7 +2,8 @@
 started, warmed up), then asked to generate for one prompt at a time, so that the bench can
 let the modes take turns.
 
-    InProcess   target-1, target-all, sync and async: a Session in this process
+    InProcess   target-1, target-all, sync and async: a Session in the runner's process
+                (the bench opens each in a process of its own: duo.bench.harness.isolated)
     LeadBack    `duo lead` and `duo back` as two processes over loopback, through the API
 
 llama.cpp's binaries and servers, the peers to beat, are runners too (duo.bench.harness.peers).
