@@ -6,7 +6,8 @@ differ: on the 1.5B pair's chat prompts `default` and `target-all`, the same mai
 on the same threads, ran theirs 0.4-1.4% apart, one way or the other depending on the
 order they were opened in. A user runs each in a process of its own, with its own heap
 and its own mapping of the model, as the bench runs llama.cpp's peers; so each mode now
-runs in one, started fresh (spawn: nothing of the bench's memory is inherited).
+runs in one, started fresh (spawn: nothing of the bench's memory is inherited). Modes
+with rpc-servers stay in the bench's process (duo.bench.harness.modes.Opening).
 """
 
 from __future__ import annotations

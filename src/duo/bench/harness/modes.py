@@ -57,8 +57,11 @@ class Opening:
         return replace(self.target, threads=self.cores)
 
     def in_process(self, models: ModelConfig, spec: SpecConfig) -> Runner:
-        """A Session, in a process of its own (duo.bench.harness.isolated)."""
+        """A Session, in a process of its own (duo.bench.harness.isolated); in this one
+        with rpc-servers, which are registered here and serve one client at a time."""
         args = (self.label, models, spec, self.prompts, self.n, self.sampling)
+        if models.rpc or models.rpcd:
+            return InProcess(*args)
         return Isolated(self.label, InProcess, *args)
 
 
