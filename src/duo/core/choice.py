@@ -28,6 +28,11 @@ from duo.core.policy import (
 NONE_RESTING: frozenset[str] = frozenset()
 
 
+def source_of(key: str) -> str:
+    """The source of a proposal's key ("source/grade", or "source": Proposal.key)."""
+    return key.partition("/")[0]
+
+
 class Choice(NamedTuple):
     proposal: Proposal | None
     n: int  # draft tokens of it to verify
@@ -270,7 +275,7 @@ class PerSource:
 
     def policy(self, key: str) -> AdaptivePolicy:
         if key not in self.policies:
-            explores = key.split("/")[0] not in self.always_ready  # the key: source/grade
+            explores = source_of(key) not in self.always_ready
             acceptance = self._acceptance[key] = StreakAcceptance(shared=self._learnt(key))
             every = self.explore_every if explores else None
             policy = self.policies[key] = AdaptivePolicy(self.costs, acceptance, every)
@@ -284,14 +289,14 @@ class PerSource:
         """The acceptance counts of a source and grade, whose prior is the source's own
         acceptance over all its grades."""
         if key not in self.learnt:
-            source = key.split("/")[0]
+            source = source_of(key)
             parent = None if source == key else self._learnt(source)
             self.learnt[key] = StreakAcceptance(parent=parent)
         return self.learnt[key]
 
     def wake(self, source: str) -> None:
         for key, policy in self._restful.items():
-            if key.split("/")[0] == source:
+            if source_of(key) == source:
                 policy.wake()
 
     @property
