@@ -150,8 +150,8 @@ class Acceptance:
         self.tested: list[int] = []
         self.accepted: list[int] = []
         self.version = 0  # observations so far (a parent hears its children's)
-        self._table: list[float] = []  # p by position, as of `_as_of`
-        self._as_of = -1  # the stamp the table was made at
+        self._memo: dict[int, float] = {}  # p by position, as of `_as_of`
+        self._as_of = -1  # the stamp the memo was made at
 
     def observe(self, drafted: int, accepted: int, start: int = 0) -> None:
         """Positions start, start + 1, ... of `drafted` were tested; the first `accepted`
@@ -167,33 +167,34 @@ class Acceptance:
             self.accepted[start + i] += i < accepted
 
     def p(self, i: int) -> float:
-        """A policy asks this several times per position per round: it is tabulated once
-        per observation (of this table or of its parent)."""
+        """A policy asks this several times per position per round, for the first few
+        positions: each is worked out once per observation (of this table or of one it
+        takes its prior from) when first asked for. (Tabulating every tested position
+        afresh, dozens for a lookup, took most of the policy's time between passes.)"""
         stamp = self._stamp()
         if self._as_of != stamp:
-            self._tabulate()
-            self._as_of = stamp
-        if i < len(self._table):
-            return self._table[i]
-        if self.parent is not None:  # untested here
-            return self.parent.p(i)
-        # Untested anywhere: as deep as the deepest position tested. Within a streak of
-        # agreement the chance of the next token rises, if anything, so a flat prior
-        # (below what a copy shows) would keep drafts from ever growing past the positions
-        # tried so far, since a position is tried only by a draft that reaches it.
-        return self._table[-1] if self._table else self.prior
+            self._memo, self._as_of = {}, stamp
+        value = self._memo.get(i)
+        if value is None:
+            value = self._memo[i] = self._estimate(i)
+        return value
 
     def _stamp(self) -> int:
         """Grows with every observation of this table or of one it takes its prior from."""
         return self.version + (self.parent._stamp() if self.parent is not None else 0)
 
-    def _tabulate(self) -> None:
-        parent, weight = self.parent, self.weight
-        self._table = [
-            (accepted + (self.prior if parent is None else parent.p(i)) * weight)
-            / (tested + weight)
-            for i, (tested, accepted) in enumerate(zip(self.tested, self.accepted, strict=True))
-        ]
+    def _estimate(self, i: int) -> float:
+        parent = self.parent
+        if i < len(self.tested):
+            prior = self.prior if parent is None else parent.p(i)
+            return (self.accepted[i] + prior * self.weight) / (self.tested[i] + self.weight)
+        if parent is not None:  # untested here
+            return parent.p(i)
+        # Untested anywhere: as deep as the deepest position tested. Within a streak of
+        # agreement the chance of the next token rises, if anything, so a flat prior
+        # (below what a copy shows) would keep drafts from ever growing past the positions
+        # tried so far, since a position is tried only by a draft that reaches it.
+        return self.p(len(self.tested) - 1) if self.tested else self.prior
 
 
 LOCAL = 4.0  # a request's own rounds that weigh as much as all learnt before it
@@ -207,11 +208,10 @@ class Doubts(Acceptance):
     each copy: over the default pair's 30 prompts more n-gram tokens were verified, not
     fewer, 35% right against 45%.)"""
 
-    def _tabulate(self) -> None:
-        super()._tabulate()
+    def _estimate(self, i: int) -> float:
         parent = self.parent
         assert parent is not None
-        self._table = [min(p, parent.p(i)) for i, p in enumerate(self._table)]
+        return min(super()._estimate(i), parent.p(i))
 
 
 class StreakAcceptance:

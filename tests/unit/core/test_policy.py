@@ -195,6 +195,60 @@ def test_estimates_follow_what_any_table_they_build_on_hears() -> None:
     assert [grade.p(i) for i in range(5)] == [fresh.p(i) for i in range(5)]
 
 
+def _afresh(table: Acceptance, i: int) -> float:
+    """What p(i) is by definition, from the counts (no memo): the prior blended with the
+    counts at a tested position, the parent's estimate or the deepest tested one beyond;
+    a request's own counts (Doubts) never above the parent's."""
+    parent = table.parent
+    if i < len(table.tested):
+        prior = table.prior if parent is None else _afresh(parent, i)
+        value = (table.accepted[i] + prior * table.weight) / (table.tested[i] + table.weight)
+    elif parent is not None:
+        value = _afresh(parent, i)
+    else:
+        value = _afresh(table, len(table.tested) - 1) if table.tested else table.prior
+    if isinstance(table, Doubts) and parent is not None:
+        value = min(value, _afresh(parent, i))
+    return value
+
+
+observations = st.lists(
+    st.tuples(
+        st.sampled_from(["root", "source", "grade", "request"]),
+        st.integers(1, 8),  # drafted
+        st.integers(0, 8),  # accepted
+        st.integers(0, 4),  # start
+        st.booleans(),  # read the estimates after it
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(observations)
+def test_estimates_read_now_and_then_equal_estimates_worked_out_afresh(
+    steps: list[tuple[str, int, int, int, bool]],
+) -> None:
+    """Each estimate is worked out when first asked for and kept until any table it builds
+    on hears something: whatever was read before, and whichever table heard it, what is
+    read equals the definition."""
+    root = Acceptance(prior=0.7)
+    source = Acceptance(prior=0.6, parent=root)
+    grade = Acceptance(prior=0.5, parent=source)
+    request = Doubts(weight=4.0, parent=grade)
+    tables = {"root": root, "source": source, "grade": grade, "request": request}
+    for name, drafted, accepted, start, read in steps:
+        tables[name].observe(drafted, min(accepted, drafted), start)
+        if read:
+            for table in (request, grade, root):
+                for i in range(0, 14, 3):
+                    assert table.p(i) == pytest.approx(_afresh(table, i))
+    for table in tables.values():
+        assert [table.p(i) for i in range(14)] == pytest.approx(
+            [_afresh(table, i) for i in range(14)]
+        )
+
+
 def test_acceptance_counts_only_tested_positions() -> None:
     acc = Acceptance(prior=0.5, weight=0.0001)
     acc.observe(drafted=4, accepted=1)  # pos 0 accepted, pos 1 rejected, 2-3 untested
