@@ -63,6 +63,8 @@ class CopyPointer:
 
     def extend(self, seq: Sequence[int], first: int) -> None:
         """`seq[first:]` were just committed: move the pointer over them."""
+        if self.src is None:  # no copy to follow (most rounds of most text)
+            return
         for end in range(first, len(seq)):
             src = self.src
             if src is None or src >= end:  # nothing earlier left to copy

@@ -123,7 +123,9 @@ class ThreadSlot:
         self.drafts.worker.begin(self.slot, prompt)
 
     def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
-        if self.unsent is not None and not self.drafts.worker.held:
+        if self.drafts.worker.held:
+            return []  # what it drafted before is behind the commits it has not heard
+        if self.unsent is not None:
             self.drafts.worker.commit(self.slot, self.unsent, committed[self.unsent :])
             self.unsent = None
         latest = self.drafts.latest.get(self.slot, ())
