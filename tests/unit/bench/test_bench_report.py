@@ -53,6 +53,9 @@ class Recorder:
         self.calls.append(f"{self.mode} done")
         return {"wire_bytes_per_token": 1.5}
 
+    def renew(self) -> None:
+        self.calls.append(f"{self.mode} new")
+
     def measure(self) -> None:
         self.calls.append("costs")
 
@@ -75,12 +78,15 @@ def test_modes_take_turns_prompt_by_prompt_with_device_costs_between() -> None:
     assert take_turns("ab", count=4, repeat=1, often=True) == [
         "costs", "a0", "b0", "b1", "a1", "costs", "a2", "b2", "b3", "a3", "a done", "b done",
     ]  # fmt: skip
-    # The last round of device costs is the caller's, after every mode is done.
+    # The last round of device costs is the caller's, after every mode is done. Each repeat
+    # after the first opens every mode again (a new process for those in one).
     assert take_turns("ab", count=2, repeat=2, often=True) == [
         "costs", "a0", "b0", "costs", "b1", "a1", "costs",
-        "b0", "a0", "costs", "a1", "b1", "a done", "b done",
+        "a new", "b new", "b0", "a0", "costs", "a1", "b1", "a done", "b done",
     ]  # fmt: skip
-    firsts = take_turns("abc", count=3, repeat=3, often=False)[::3][:9]
+    calls = take_turns("abc", count=3, repeat=3, often=False)
+    assert [i for i, c in enumerate(calls) if c.endswith("new")] == [9, 10, 11, 21, 22, 23]
+    firsts = [c for c in calls if not c.endswith("new")][::3][:9]
     assert firsts == ["a0", "b1", "c2", "b0", "c1", "a2", "c0", "a1", "b2"]  # each prompt too
 
 

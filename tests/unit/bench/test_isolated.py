@@ -53,6 +53,26 @@ def test_a_mode_runs_in_a_process_of_its_own_and_closes_there(tmp_path: Path) ->
     assert not runner._proc.is_alive()
 
 
+def test_a_renewed_mode_answers_from_a_new_process_once_the_old_one_closed(
+    tmp_path: Path,
+) -> None:
+    """Each repeat of a bench mode runs in a process of its own (a process's speed depends
+    on where its memory lands)."""
+    closed = tmp_path / "closed"
+    runner = Isolated("m", Counting, "m", closed)
+    try:
+        first, old = runner.extras()["pid"], runner._proc
+        runner.renew()
+        assert closed.read_text() == "closed" and not old.is_alive()
+        closed.unlink()
+        assert runner.extras()["pid"] not in (first, os.getpid())
+        assert runner.one(2)[0].tokens == 2
+        assert runner.devices == f"pid {runner.extras()['pid']}"
+    finally:
+        runner.close()
+    assert closed.read_text() == "closed"
+
+
 def test_a_mode_that_cannot_open_fails_with_its_own_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="m: no such model"):
         Isolated("m", Counting, "m", tmp_path / "closed", True)

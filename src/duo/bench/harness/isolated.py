@@ -8,6 +8,13 @@ order they were opened in. A user runs each in a process of its own, with its ow
 and its own mapping of the model, as the bench runs llama.cpp's peers; so each mode now
 runs in one, started fresh (spawn: nothing of the bench's memory is inherited). Modes
 with rpc-servers stay in the bench's process (duo.bench.harness.modes.Opening).
+
+Processes differ too. Five processes of `target-all` taking turns on the same prompts ran
+at 40.4, 40.7, 40.4, 42.2 and 42.4 tok/s (2-core EPYC VM): where a process's memory lands
+(its pages, and how the host backs them) sets its speed for as long as it lives. llama.cpp's
+peers start a process per prompt, so their figure averages over dozens; so each repeat of
+a mode here runs in a new process (`renew`), and the median over the repeats is taken over
+as many processes.
 """
 
 from __future__ import annotations
@@ -28,10 +35,18 @@ class Isolated(Runner):
 
     def __init__(self, mode: str, open_: Callable[..., Runner], *args: Any) -> None:
         self.mode = mode
+        self._open = open_
+        self._args = args
+        self._start()
+
+    def _start(self) -> None:
         context = multiprocessing.get_context("spawn")
         self._conn, child = context.Pipe()
         self._proc = context.Process(
-            target=_serve, args=(child, open_, args), name=f"duo bench {mode}", daemon=True
+            target=_serve,
+            args=(child, self._open, self._args),
+            name=f"duo bench {self.mode}",
+            daemon=True,
         )
         self._proc.start()
         child.close()
@@ -40,6 +55,11 @@ class Isolated(Runner):
         except BaseException:
             self._stop()
             raise
+
+    def renew(self) -> None:
+        """Close the child and open the mode again in a new one."""
+        self.close()
+        self._start()
 
     def one(self, i: int) -> tuple[Stats, float]:
         self._conn.send(i)

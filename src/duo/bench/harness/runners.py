@@ -84,6 +84,10 @@ class Runner:
         """What only this mode can tell: fields of its summary (bench.ModeResult)."""
         return {}
 
+    def renew(self) -> None:
+        """A repeat starts: a mode in a process of its own starts a new one
+        (duo.bench.harness.isolated); the others go on as they are."""
+
     def close(self) -> None:
         pass
 

@@ -5,7 +5,10 @@ Warm-up runs are excluded; each figure is the median over repeats of the whole s
 suite is run in order, so no prompt follows itself (a drafter would otherwise still hold
 the previous answer in its cache and look better than it is). By default every mode stays
 loaded and the modes take turns prompt by prompt: a shared host's speed drifts by tens of
-percent over a minute, and taking turns spreads that drift over all modes alike.
+percent over a minute, and taking turns spreads that drift over all modes alike. duo's
+modes run each in a process of its own, a new one for each repeat: a process's speed
+depends on where its memory lands (duo.bench.harness.isolated), and llama.cpp's peers
+start one per prompt.
 """
 
 from __future__ import annotations
@@ -335,7 +338,8 @@ def _take_turns(
     often: bool,
 ) -> dict[str, ModeResult]:
     """Prompt 0..count-1, `repeat` times, each prompt through every runner in turn, each
-    runner going first in its turn (duo.bench.harness.runners.in_turn). When
+    runner going first in its turn (duo.bench.harness.runners.in_turn), and each repeat
+    after the first in a new process for the modes in one (Runner.renew). When
     `often` (the modes interleaved), a round of device costs is measured first and after
     every half of the prompts."""
     runs: dict[str, list[list[Stats]]] = {r.mode: [] for r in runners}
@@ -345,6 +349,9 @@ def _take_turns(
     half = max(1, math.ceil(count / 2))
     for rep in range(repeat):
         for r in runners:
+            if rep:
+                log(f"{r.mode}: opening it again for run {rep + 1}/{repeat}")
+                r.renew()
             runs[r.mode].append([])
         for i in range(count):
             for r in in_turn(runners, rep + i):  # a prompt too: each mode first in a repeat
