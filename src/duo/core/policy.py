@@ -167,10 +167,10 @@ class Acceptance:
             self.accepted[start + i] += i < accepted
 
     def p(self, i: int) -> float:
-        """A policy asks this several times per position per round, for the first few
-        positions: each is worked out once per observation (of this table or of one it
-        takes its prior from) when first asked for. (Tabulating every tested position
-        afresh, dozens for a lookup, took most of the policy's time between passes.)"""
+        """A policy asks this several times per position per round, and only for the
+        first few positions (duo.core.policy.best_length stops early): each is worked out
+        when first asked for and kept until this table or one it takes its prior from
+        hears something, rather than every tested position afresh (dozens, for a lookup)."""
         stamp = self._stamp()
         if self._as_of != stamp:
             self._memo, self._as_of = {}, stamp

@@ -124,7 +124,7 @@ class ThreadSlot:
 
     def propose(self, committed: Sequence[int], limit: int) -> list[Proposal]:
         if self.drafts.worker.held:
-            return []  # what it drafted before is behind the commits it has not heard
+            return []  # it drafts nothing; what it drafted before the hold falls behind
         if self.unsent is not None:
             self.drafts.worker.commit(self.slot, self.unsent, committed[self.unsent :])
             self.unsent = None
