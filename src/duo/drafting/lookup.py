@@ -23,12 +23,18 @@ from duo.drafting.suffix import SuffixCache
 NGRAM, SUFFIX = "ngram", "suffix"
 Gram = TypeVar("Gram", int, npt.NDArray[np.int64])
 WEAK = 100  # grade offset of a match whose continuation disagreed with itself before
+DOUBTFUL = 2 / 3  # the confidence at or below which a match is WEAK
 OPENING = 200  # the grade of a suffix match at an answer's first tokens (SuffixDrafts)
 
 
 def grade(m: Match) -> int:
-    """Match length, apart for matches followed by other tokens at least half the time."""
-    return m.length + (WEAK if m.confidence < 0.5 else 0)
+    """Match length, apart (WEAK) for matches whose key was followed by other tokens at
+    least a third of the time before. In replays of the default pair's answers
+    (scripts/replay-policy.py), a 2-gram followed by the proposed token once in two or
+    more earlier occurrences was right 15% of the time, against 60% for one seen once;
+    graded apart at or below 2/3, the policy made 0.2-1.2% more tokens per second on each of
+    chat, grounded, multiturn, code-edit and agent."""
+    return m.length + (WEAK if m.confidence <= DOUBTFUL else 0)
 
 
 class NgramDrafts:

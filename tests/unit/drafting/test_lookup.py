@@ -8,6 +8,7 @@ from duo.drafting.lookup import (
     NGRAM,
     OPENING,
     SUFFIX,
+    WEAK,
     NgramDrafts,
     SuffixDrafts,
     SuffixMemory,
@@ -78,3 +79,14 @@ def test_a_suffix_match_of_prompt_tokens_is_graded_apart() -> None:
 def test_the_suffix_memory_refuses_a_cache_its_filter_would_hide() -> None:
     with pytest.raises(ValueError):
         SuffixMemory(SuffixCache(min_match=2))
+
+
+def test_a_key_followed_by_other_tokens_a_third_of_the_time_is_graded_apart() -> None:
+    """(1, 2) was followed by 6 twice in three: doubtful. By 6 three times in four: not."""
+    doubtful = [1, 2, 6, 9, 1, 2, 5, 1, 2, 6, 1, 2]
+    trusted = [1, 2, 6, 9, 1, 2, 5, 1, 2, 6, 8, 1, 2, 6, 1, 2]
+    for tokens, expected in ((doubtful, WEAK + 2), (trusted, 2)):
+        drafts = NgramDrafts(2, 4)
+        drafts.begin(tokens)
+        [proposal] = drafts.propose(tokens, 2)
+        assert (proposal.tokens[0], proposal.grade) == (6, expected)
