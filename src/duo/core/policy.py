@@ -141,6 +141,11 @@ class Acceptance:
     also hears every observation), so a grade seen a few times starts from what its source
     is worth rather than from a guess."""
 
+    # Observations by any table so far: an estimate worked out since is still current.
+    # (One count for all: a table's estimates depend on its parents', and a round asks
+    # for dozens of them between two observations.)
+    observed = 0
+
     def __init__(
         self, prior: float = 0.7, weight: float = 4.0, parent: Acceptance | None = None
     ) -> None:
@@ -149,41 +154,38 @@ class Acceptance:
         self.parent = parent
         self.tested: list[int] = []
         self.accepted: list[int] = []
-        self.version = 0  # observations so far (a parent hears its children's)
-        self._memo: dict[int, float] = {}  # p by position, as of `_as_of`
-        self._as_of = -1  # the stamp the memo was made at
+        self._memo: list[float] = []  # p(0), p(1), ... as of `_as_of`
+        self._as_of = -1
 
     def observe(self, drafted: int, accepted: int, start: int = 0) -> None:
         """Positions start, start + 1, ... of `drafted` were tested; the first `accepted`
         of them were right (`start`: a draft's tail, compared after its round)."""
         if self.parent is not None:
             self.parent.observe(drafted, accepted, start)
-        self.version += 1
-        while len(self.tested) < start + drafted:
-            self.tested.append(0)
-            self.accepted.append(0)
-        for i in range(min(drafted, accepted + 1)):  # positions after a rejection are untested
-            self.tested[start + i] += 1
-            self.accepted[start + i] += i < accepted
+        Acceptance.observed += 1
+        grow = start + drafted - len(self.tested)
+        if grow > 0:
+            self.tested += [0] * grow
+            self.accepted += [0] * grow
+        tested = start + min(drafted, accepted + 1)  # positions after a rejection are untested
+        right = start + accepted
+        self.tested[start:tested] = [n + 1 for n in self.tested[start:tested]]
+        self.accepted[start:right] = [n + 1 for n in self.accepted[start:right]]
 
     def p(self, i: int) -> float:
         """A policy asks this several times per position per round, and only for the
-        first few positions (duo.core.policy.best_length stops early): each is worked out
-        when first asked for and kept until this table or one it takes its prior from
-        hears something, rather than every tested position afresh (dozens, for a lookup)."""
-        stamp = self._stamp()
-        if self._as_of != stamp:
-            self._memo, self._as_of = {}, stamp
-        value = self._memo.get(i)
-        if value is None:
-            value = self._memo[i] = self._estimate(i)
-        return value
-
-    def _stamp(self) -> int:
-        """Grows with every observation of this table or of one it takes its prior from."""
-        return self.version + (self.parent._stamp() if self.parent is not None else 0)
+        first few positions (duo.core.policy.best_length stops early): the estimates are
+        worked out in order, as far as asked, and kept until any table hears something,
+        rather than every tested position afresh (dozens, for a lookup)."""
+        if self._as_of != Acceptance.observed:
+            self._memo, self._as_of = [], Acceptance.observed
+        memo = self._memo
+        while len(memo) <= i:
+            memo.append(self._estimate(len(memo)))
+        return memo[i]
 
     def _estimate(self, i: int) -> float:
+        """p(i), once p(0), ..., p(i - 1) are in the memo."""
         parent = self.parent
         if i < len(self.tested):
             prior = self.prior if parent is None else parent.p(i)
@@ -194,7 +196,7 @@ class Acceptance:
         # agreement the chance of the next token rises, if anything, so a flat prior
         # (below what a copy shows) would keep drafts from ever growing past the positions
         # tried so far, since a position is tried only by a draft that reaches it.
-        return self.p(len(self.tested) - 1) if self.tested else self.prior
+        return self._memo[-1] if self.tested else self.prior
 
 
 LOCAL = 4.0  # a request's own rounds that weigh as much as all learnt before it
@@ -341,14 +343,14 @@ def best_length(
     a lookup's drafts, mostly long and mostly wrong, that is after a position or two."""
     best, best_rate = 0, (base.expected + 1.0) / base.cost(cost, 1)
     expected = survive = 1.0
+    longer = base.cost(cost, 2)  # the pass of n + 1 tokens, then of n + 2
     for n in range(1, available + 1):
         survive *= p(n - 1)
         expected += survive
-        rate = (base.expected + expected) / base.cost(cost, n + 1)
+        spend, longer = longer, base.cost(cost, n + 2) if n < available else math.inf
+        rate = (base.expected + expected) / spend
         if rate > best_rate:
             best, best_rate = n, rate
-        elif n < available:
-            most = base.expected + expected + survive * (available - n)
-            if most <= best_rate * base.cost(cost, n + 2):
-                break
+        elif base.expected + expected + survive * (available - n) <= best_rate * longer:
+            break
     return best

@@ -316,7 +316,7 @@ def test_a_drafter_whose_drafts_never_pay_rests_longer_each_time() -> None:
     def rounds_resting() -> int:
         n = 0
         while not policy.wants_drafts:
-            policy.observe(0, 0, 0.01)
+            policy.observe(0, 0)
             n += 1
         return n
 
@@ -357,7 +357,7 @@ def test_a_drafter_whose_drafts_pay_never_rests() -> None:
     policy = AdaptivePolicy(CostModel({1: 0.010, 9: 0.011}), Acceptance(prior=0.9), rest_after=2)
     for _ in range(50):
         assert policy.choose(8) > 0 and policy.wants_drafts
-        policy.observe(8, 8, 0.011)
+        policy.observe(8, 8)
 
 
 def test_a_slots_streak_starts_where_the_shared_counts_stand() -> None:
