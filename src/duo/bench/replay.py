@@ -139,13 +139,13 @@ def replay(
     """The requests one after another, as a lead with one slot runs them (its default
     lookups: --spec-ngram-size-m `lookup_max`, --spec-ngram-size-n `ngram_max`); a pass
     of n tokens costs `costs.cost(n)`, which the policy (POLICIES) knows from the start."""
-    model, memory = Recorded(), SuffixMemory()
+    model, memory, ngrams = Recorded(), SuffixMemory(), NgramDrafts(2, ngram_max)
     chooser = POLICIES[policy](CostModel(dict(costs.seconds)), model)
     tokens = rounds = rejected = 0
     seconds = 0.0
     for request in requests:
         model.text = [*request.prompt, *request.answer]
-        drafts = Sources([NgramDrafts(2, ngram_max), SuffixDrafts(memory)], [lookup_max] * 2)
+        drafts = Sources([ngrams, SuffixDrafts(memory)], [lookup_max] * 2)
         g = Generation(
             model,
             request.prompt,

@@ -90,6 +90,7 @@ class Session:
         self.draft: Model | None = None
         self.local: SyncDrafts | ThreadDrafts | None = None
         self.suffix = SuffixMemory() if "suffix" in types else None
+        self._ngrams: dict[int, NgramDrafts] = {}  # by slot, kept for its next request
         self._costs: CostModel | None = None
         self._policies: dict[int, Chooser] = {}
         self._learnt: dict[str, StreakAcceptance] = {}  # acceptance by source, for every slot
@@ -125,11 +126,13 @@ class Session:
         self.pools: list[DraftPool] = [s for s in (self.local, remote) if s is not None]
 
     def drafts(self, slot: int = 0) -> DraftSource:
-        """The draft sources of one generation in `slot`: its own n-gram index, the shared
-        suffix cache, and the model drafters' drafts for it."""
+        """The draft sources of one generation in `slot`: the slot's n-gram index, the
+        shared suffix cache, and the model drafters' drafts for it."""
         sources: list[DraftSource] = []
         if "ngram" in self.types:
-            sources.append(NgramDrafts(2, self.spec.ngram_max))
+            if slot not in self._ngrams:
+                self._ngrams[slot] = NgramDrafts(2, self.spec.ngram_max)
+            sources.append(self._ngrams[slot])
         if self.suffix is not None:
             sources.append(SuffixDrafts(self.suffix))
         caps = [self.spec.lookup_max] * len(sources)
@@ -252,9 +255,11 @@ class Session:
         return self._costs
 
     def forget(self) -> None:
-        """Forget earlier requests (the suffix cache): a benchmark's repeat starts afresh."""
+        """Forget earlier requests (the suffix cache, the slots' n-gram indexes): a
+        benchmark's repeat starts afresh."""
         if self.suffix is not None:
             self.suffix.forget()
+        self._ngrams.clear()
 
     def close(self) -> None:
         if self.local is not None:

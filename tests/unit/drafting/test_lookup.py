@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +16,7 @@ from duo.drafting.lookup import (
     SuffixMemory,
     grade,
 )
+from duo.drafting.ngram import NgramIndex
 from duo.drafting.suffix import SuffixCache
 
 tokens = st.lists(st.integers(0, 6), min_size=2, max_size=40)
@@ -44,6 +47,40 @@ def test_ngram_drafts_follow_the_commits() -> None:
     [proposal] = drafts.propose([1, 2, 3, 4, 5, 1, 2, 3, 4], 8)
     assert proposal.tokens[:2] == (5, 1) and proposal.grade == 4
     assert drafts.propose([9, 9, 9, 8], 0) == []  # out of step: resynced, and no room
+
+
+@settings(max_examples=200, deadline=None)
+@given(tokens, tokens, st.lists(st.integers(0, 6), max_size=20), st.booleans())
+def test_a_slots_next_prompt_is_indexed_from_where_the_last_request_ended(
+    first: list[int], answer: list[int], turn: list[int], goes_on: bool
+) -> None:
+    """A prompt that starts with the last request's tokens (a chat's next turn) costs the
+    index only its new tokens; any other prompt is indexed afresh. Either way the drafts
+    are those of an index built on the prompt alone."""
+    kept = NgramDrafts(2, 4)
+    kept.index = index = CountingIndex(2, 4)
+    kept.begin(first)
+    kept.commit(len(first), answer)
+    prompt = [*first, *answer, *turn] if goes_on else [*turn, *first]
+    index.indexed = 0
+    kept.begin(prompt)
+    fresh = NgramDrafts(2, 4)
+    fresh.begin(prompt)
+    assert kept.propose(prompt, 8) == fresh.propose(prompt, 8)
+    assert index.tokens == prompt
+    if goes_on:
+        assert index.indexed == len(turn)
+
+
+class CountingIndex(NgramIndex):
+    """An index that counts the tokens it indexes."""
+
+    indexed = 0
+
+    def extend(self, tokens: Iterable[int]) -> None:
+        tokens = list(tokens)
+        self.indexed += len(tokens)
+        super().extend(tokens)
 
 
 def test_the_suffix_cache_learns_from_finished_requests_and_forgets() -> None:
