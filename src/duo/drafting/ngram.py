@@ -12,10 +12,10 @@ drafts 48-64 tokens blindly; here every match also carries how often the n-gram 
 followed by the proposed token, so the lead can judge short matches, and the defaults are
 short (2 to 5, longest first).
 
-The index is built incrementally: each committed token counts the n_max - n_min + 2
-n-grams it completes in one dict (keys sliced from a tuple of the last tokens) and marks
-the ones it continues, and a lookup reads the trailing n-grams' entries it kept, with one
-dict probe for the support (a few microseconds each).
+The index is built incrementally: each committed token adds n_max - n_min + 2 n-gram
+counts and n_max - n_min + 1 "last seen" entries to two dicts (keys sliced from a tuple of
+the last tokens), and a lookup costs at most n_max - n_min + 1 dict probes (both a few
+microseconds).
 """
 
 from __future__ import annotations
@@ -37,16 +37,14 @@ class Match:
 class NgramIndex:
     """N-gram lookup over one request's own tokens (prompt + committed output).
 
-    One dict keyed by n-gram tuples (n_min <= n <= n_max + 1), `grams[g] = [count, last]`:
-    - `count`: occurrences of g within the known tokens;
-    - `last`: for len(g) <= n_max, the end (exclusive) of the most recent occurrence of g
-      that is followed by a known token, i.e. where its continuation starts (-1: none).
+    Two dicts keyed by n-gram tuples:
+    - `count[g]`: occurrences of g (any length n_min..n_max+1) within the known tokens;
+    - `last[g]`: for n_min <= len(g) <= n_max, the end (exclusive) of the most recent
+      occurrence of g that is followed by a known token, i.e. where its continuation starts.
 
-    For the trailing n-gram g, `last` is therefore its most recent *earlier* occurrence
-    (the trailing one has no follower yet), `count - 1` its earlier occurrences, and the
-    count of `g + (x,)` how many of those were followed by x. The trailing n-grams' entries
-    are kept at hand: the next token sets their `last` without a lookup, and a lookup
-    reads them directly.
+    For the trailing n-gram g, `last[g]` is therefore its most recent *earlier* occurrence
+    (the trailing one has no follower yet), `count[g] - 1` its earlier occurrences, and
+    `count[g + (x,)]` how many of those were followed by x.
     """
 
     def __init__(self, n_min: int = 2, n_max: int = 5) -> None:
@@ -54,7 +52,9 @@ class NgramIndex:
             raise ValueError(f"need 1 <= n_min <= n_max, got {n_min}, {n_max}")
         self.n_min = n_min
         self.n_max = n_max
-        self.reset()
+        self._tokens: list[int] = []
+        self._count: dict[tuple[int, ...], int] = {}
+        self._last: dict[tuple[int, ...], int] = {}
         self.found = 0  # where the last lookup's proposal starts in `tokens`
 
     def __len__(self) -> int:
@@ -67,45 +67,40 @@ class NgramIndex:
 
     def reset(self, tokens: Iterable[int] = ()) -> None:
         """Forget everything and index `tokens` (a new request's prompt)."""
-        self._tokens: list[int] = []
+        self._tokens = []
         self._tail: tuple[int, ...] = ()  # the last n_max + 1 tokens
-        self._grams: dict[tuple[int, ...], list[int]] = {}
-        self._trailing: list[list[int]] = []  # the trailing n-grams' entries, shortest first
+        self._count = {}
+        self._last = {}
         self.extend(tokens)
 
     def extend(self, tokens: Iterable[int]) -> None:
         """Append committed tokens, indexing the n-grams each one completes or continues."""
-        seq, grams, tail, trailing = self._tokens, self._grams, self._tail, self._trailing
+        seq, count, last, tail = self._tokens, self._count, self._last, self._tail
         n_min, n_max = self.n_min, self.n_max
         for token in tokens:
             end = len(seq)  # where `token` goes: it follows the n-grams ending here
-            for followed in trailing:
-                followed[1] = end
+            for n in range(n_min, min(n_max, end) + 1):
+                last[tail[-n:]] = end
             seq.append(token := int(token))
             tail = (*tail[-n_max:], token)
-            trailing = []
             for n in range(n_min, min(n_max + 1, end + 1) + 1):
                 gram = tail[-n:]
-                entry = grams.get(gram)
-                if entry is None:
-                    entry = grams[gram] = [0, -1]
-                entry[0] += 1
-                if n <= n_max:
-                    trailing.append(entry)
-        self._tail, self._trailing = tail, trailing
+                count[gram] = count.get(gram, 0) + 1
+        self._tail = tail
 
     def lookup(self, limit: int) -> Match | None:
         """What followed the most recent earlier occurrence of the longest trailing n-gram."""
+        seq, tail = self._tokens, self._tail
         if limit <= 0:
             return None
-        seq = self._tokens
-        for i in range(len(self._trailing) - 1, -1, -1):
-            count, start = self._trailing[i]
-            if start < 0:
+        for n in range(min(self.n_max, len(seq) - 1), self.n_min - 1, -1):
+            gram = tail[-n:]
+            start = self._last.get(gram)
+            if start is None:
                 continue
-            n = self.n_min + i
             self.found = start
             proposal = tuple(seq[start : start + limit])
-            support = self._grams[(*self._tail[-n:], proposal[0])][0]
-            return Match(proposal, n, support, support / (count - 1))
+            earlier = self._count[gram] - 1
+            support = self._count[(*gram, proposal[0])]
+            return Match(proposal, n, support, support / earlier)
         return None
