@@ -14,9 +14,16 @@ from duo.llama.backend import Model
 pytestmark = pytest.mark.integration
 
 
-def test_every_sequence_has_room_for_its_whole_context(pair: tuple[Path, Path]) -> None:
-    with Model(pair[0], n_ctx=256, n_seq=3) as model:
+LAYOUTS = pytest.mark.parametrize("shared", [True, False], ids=["one-buffer", "buffer-each"])
+
+
+@LAYOUTS
+def test_every_sequence_has_room_for_its_whole_context(
+    pair: tuple[Path, Path], shared: bool
+) -> None:
+    with Model(pair[0], n_ctx=256, n_seq=3, shared=shared) as model:
         assert model.n_ctx == 256
+        assert model.shares_cells == shared
         filler = model.vocab.tokenize("The quick brown fox jumps over the lazy dog. " * 40)
         # Fill the sequences a piece at a time, interleaved, so their cells mix in the
         # shared buffer; every one still takes its whole context.
@@ -32,20 +39,65 @@ def test_every_sequence_has_room_for_its_whole_context(pair: tuple[Path, Path]) 
             model.decode(filler[:1], seq=0)
 
 
+@LAYOUTS
 def test_a_mixed_batch_predicts_what_each_sequence_predicts_alone(
-    pair: tuple[Path, Path],
+    pair: tuple[Path, Path], shared: bool
 ) -> None:
     """Sequences holding different numbers of tokens in one pass (a draft in one slot, a
     piece of prompt in another) get the same predictions as each decoded by itself."""
     texts = ["Paris is the capital of", "One, two, three, four,", "def add(a, b):\n    return"]
-    with Model(pair[0], n_ctx=256) as alone, Model(pair[0], n_ctx=256, n_seq=3) as shared:
+    with (
+        Model(pair[0], n_ctx=256) as alone,
+        Model(pair[0], n_ctx=256, n_seq=3, shared=shared) as several,
+    ):
         prompts = [alone.vocab.tokenize(t) for t in texts]
         expected = []
         for prompt in prompts:
             alone.truncate(0)
             expected.append(np.argmax(alone.decode(prompt), axis=1).tolist())
-        rows = shared.decode_batch([(seq, prompt) for seq, prompt in enumerate(prompts)])
+        rows = several.decode_batch([(seq, prompt) for seq, prompt in enumerate(prompts)])
         assert [np.argmax(r, axis=1).tolist() for r in rows] == expected
+
+
+@LAYOUTS
+def test_a_forked_prefix_predicts_what_reading_it_predicts(
+    pair: tuple[Path, Path], shared: bool
+) -> None:
+    """A sequence that takes the first n tokens of another (shared cells in one buffer, a
+    copy of the other's buffer with a buffer each) then predicts what it predicts having
+    read them itself; the other sequence keeps all it held."""
+    text = "You are a careful assistant. Answer briefly. Question: name three rivers in"
+    with Model(pair[0], n_ctx=256, n_seq=3, shared=shared) as model:
+        tokens = model.vocab.tokenize(text)
+        n = len(tokens) - 4
+        model.decode(tokens, all_logits=False, seq=0)
+        model.decode(tokens[:3], all_logits=False, seq=2)  # a sequence left as it is
+        model.decode(tokens[:5], all_logits=False, seq=1)  # what the fork replaces
+        model.fork(0, 1, n)
+        assert model.seqs[1] == tokens[:n]
+        forked = np.argmax(model.decode(tokens[n:], seq=1), axis=1).tolist()
+        model.truncate(0, seq=1)
+        model.decode(tokens[:n], all_logits=False, seq=1)
+        read = np.argmax(model.decode(tokens[n:], seq=1), axis=1).tolist()
+        assert forked == read
+        assert model.seqs[0] == tokens and model.seqs[2] == tokens[:3]
+        more = np.argmax(model.decode(tokens[:4], seq=0), axis=1).tolist()  # still usable
+        assert len(more) == 4
+
+
+def test_the_kv_layout_changes_only_while_every_sequence_is_empty(
+    pair: tuple[Path, Path],
+) -> None:
+    with Model(pair[0], n_ctx=256, n_seq=2) as model:
+        tokens = model.vocab.tokenize("One, two, three, four,")
+        before = np.argmax(model.decode(tokens), axis=1).tolist()
+        with pytest.raises(ValueError, match="empty"):
+            model.relayout(False)
+        assert model.shares_cells
+        model.truncate(0)
+        model.relayout(False)
+        assert not model.shares_cells and model.n_ctx == 256
+        assert np.argmax(model.decode(tokens, seq=1), axis=1).tolist() == before
 
 
 def test_deterministic_logits_do_not_depend_on_the_rest_of_the_pass(

@@ -162,13 +162,21 @@ def test_a_model_drafter_drafts_for_every_running_request(
     assert accepted >= verified / 2, results
 
 
-def test_a_slot_takes_a_prefix_another_slot_holds(cluster: Cluster) -> None:
+@pytest.mark.parametrize("layout", ["-kvu", "-no-kvu"])
+def test_a_slot_takes_a_prefix_another_slot_holds(cluster: Cluster, layout: str) -> None:
     """A request arriving while the slot that read its prefix is busy goes to another slot,
     and takes that prefix's KV from the busy one (cache_n) instead of reading it again, as
-    the system prompt every session of an agent sends is read once, not once per slot."""
-    _, url = cluster.lead("--parallel", "2", "--spec-type", "none", "--quiet")
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=300)
+    the system prompt every session of an agent sends is read once, not once per slot:
+    shared cells in one KV buffer, a copy with a buffer per slot. Its answer is the one a
+    lead that reads the whole prompt gives."""
     system = "You are a careful assistant. " * 20
+    _, fresh = cluster.lead("--spec-type", "none", "--quiet")
+    colour = {"prompt": system + "Name a colour.", "max_tokens": 4, "temperature": 0}
+    expected = httpx.post(f"{fresh}/v1/completions", json=colour, timeout=300).json()
+    proc, url = cluster.lead("--parallel", "2", "--spec-type", "none", "--quiet", layout)
+    shared = "one KV buffer" if layout == "-kvu" else "a KV buffer each"
+    assert f"2 slots (-np) of 4,096 tokens (-c), {shared} ({layout})" in proc.output()
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=300)
     first = client.completions.create(
         model="duo", prompt=system + "Name a fruit.", max_tokens=4, temperature=0
     )
@@ -187,6 +195,8 @@ def test_a_slot_takes_a_prefix_another_slot_holds(cluster: Cluster) -> None:
     assert t["cache_n"] >= known - 8, t  # the shared prefix, less the differing ending
     assert r.usage is not None
     assert t["prompt_n"] + t["cache_n"] == r.usage.prompt_tokens
+    assert expected["timings"]["cache_n"] == 0
+    assert r.choices[0].text == expected["choices"][0]["text"]
 
 
 def test_a_prompt_unlike_the_others_leaves_the_slot_that_holds_their_prefix(

@@ -87,8 +87,30 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=LeadConfig.parallel,
         metavar="N",
         help="decode up to N requests together, one pass per round, each in a slot with a "
-        "context of its own of -c tokens (one KV buffer of N times -c cells); more requests "
-        "wait (default %(default)s, as llama-server)",
+        "context of its own of -c tokens; more requests wait (default %(default)s, as "
+        "llama-server)",
+    )
+    g.add_argument(
+        "-kvu",
+        "--kv-unified",
+        dest="kv_unified",
+        action="store_const",
+        const=True,
+        default=None,
+        help="one KV buffer of N times -c cells for every slot: a pass with drafts or a "
+        "prompt in some slots is one batch, and every token attends over every slot's cells "
+        "(default: the faster by the measured cost of a pass, one buffer where a batch costs "
+        "less per token the larger it is)",
+    )
+    g.add_argument(
+        "-no-kvu",
+        "--no-kv-unified",
+        dest="kv_unified",
+        action="store_const",
+        const=False,
+        help="a KV buffer of -c cells per slot, as llama-server -np N: a token attends over "
+        "its own slot's cells, and llama.cpp splits a pass into a batch per number of tokens "
+        "per slot",
     )
     g.add_argument(
         "--prompt-stretch",
@@ -175,6 +197,9 @@ def cmd_lead(args: argparse.Namespace) -> int:
         print(f"duo lead: {models.main.name}{local} on {url} ({back_hint(url, keys)})", flush=True)
         lead = service.lead
         slots = f"{config.parallel} slots (-np) of {lead.info.n_ctx:,} tokens (-c)"
+        if config.parallel > 1:
+            shared = lead.session.main.shares_cells
+            slots += ", one KV buffer (-kvu)" if shared else ", a KV buffer each (-no-kvu)"
         print(f"duo lead: {slots}", flush=True)
         print(f"duo lead: placement: {lead.session.sharing().describe()}", flush=True)
         server = _server(

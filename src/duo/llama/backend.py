@@ -112,6 +112,11 @@ class Model:
     one sequence, a piece of prompt, or an idle sequence between busy ones then costs a
     pass of its own (measured: 1+1+1+9 tokens in 91 ms split, 62 ms unified).
 
+    The price of one buffer: each token attends over the cells of every sequence (the
+    others' masked out). Where splitting a batch costs little (a CPU whose passes cost
+    about the same per token at any size), a buffer per sequence is faster: `relayout`
+    switches while no sequence holds tokens (duo.session decides by the measured costs).
+
     But where a sequence's cells sit in a shared buffer depends on the others, and with
     them the order in which attention adds up: logits can differ in the last digits from
     the same tokens decoded alone. `deterministic` gives each sequence a buffer of its
@@ -135,6 +140,7 @@ class Model:
         n_seq: int = 1,
         forks: int = 0,
         deterministic: bool = False,
+        shared: bool = True,
     ) -> None:
         self.path = Path(path)
         self.n_gpu_layers = n_gpu_layers
@@ -145,14 +151,15 @@ class Model:
 
         n_train = lib.llama_model_n_ctx_train(self._model)
         n_ctx = min(n_ctx, n_train) if n_ctx > 0 else n_train
-        if forks and deterministic:
-            raise ValueError("forks share KV cells: a deterministic model has none to share")
+        if forks and (deterministic or not shared):
+            raise ValueError("forks share KV cells: a buffer per sequence has none to share")
         spare = 1 if deterministic else 0  # a cell per sequence for the padding
-        self.shares_cells = not deterministic and n_seq + forks > 1  # one KV buffer (`fork`)
+        # One KV buffer for every sequence (`shared`), unless deterministic
+        self.shares_cells = shared and not deterministic and n_seq + forks > 1
         cells = (n_ctx + spare) * n_seq + FORK_CELLS * forks
-        self._ctx = self._new_context(
-            cells, n_batch, n_seq + forks, n_threads, flash_attn, cache_types
-        )
+        self.n_threads = n_threads
+        self._layout = (cells, n_batch, n_seq, forks, flash_attn, cache_types)
+        self._ctx = self._new_context()
 
         self.vocab = Vocabulary(lib, self._model)
         self._mem = lib.llama_get_memory(self._ctx)
@@ -166,7 +173,6 @@ class Model:
         n_batch = lib.llama_n_batch(self._ctx)  # llama.cpp may lower it to n_ctx
         self.n_batch: int = n_batch - spare * n_seq  # a token per sequence for the padding
         self._n_ubatch: int = lib.llama_n_ubatch(self._ctx)
-        self.n_threads = n_threads
         # What else makes a pass faster or slower (a measured cost is this model's only)
         self.settings = [n_gpu_layers, devices is not None, flash_attn, cache_types, split]
         self.settings += [n_ctx, deterministic, self._n_ubatch, hugepages.in_effect()]
@@ -206,27 +212,21 @@ class Model:
             )
         return model
 
-    def _new_context(
-        self,
-        cells: int,
-        n_batch: int,
-        n_seq_max: int,
-        n_threads: int,
-        flash_attn: str,
-        cache_types: tuple[str, str],
-    ) -> Any:
+    def _new_context(self) -> Any:
         """A llama.cpp context on self._model with a KV buffer of `cells` cells, one buffer
         for every sequence where they share cells (self.shares_cells), else one each; the
         model is freed if none can be made."""
         lib = self._lib
+        cells, n_batch, n_seq, forks, flash_attn, cache_types = self._layout
+        n_seq_max = n_seq + forks
         cparams = lib.llama_context_default_params()
         cparams.n_ctx = cells
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = n_seq_max
         cparams.kv_unified = self.shares_cells
-        cparams.n_threads = n_threads
-        cparams.n_threads_batch = n_threads
+        cparams.n_threads = self.n_threads
+        cparams.n_threads_batch = self.n_threads
         cparams.no_perf = True
         cparams.flash_attn_type = {"on": 1, "off": 0, "auto": -1}[flash_attn]
         cparams.type_k, cparams.type_v = (
@@ -256,6 +256,22 @@ class Model:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def relayout(self, shared: bool) -> None:
+        """One KV buffer for every sequence (shared), or one each, from now on: a new
+        context on the same weights. Only while no sequence holds tokens; a model of one
+        sequence, with forks, or deterministic keeps its layout."""
+        _, _, n_seq, forks, _, _ = self._layout
+        if shared == self.shares_cells or n_seq < 2 or forks or self.deterministic:
+            return
+        if any(self.seqs):
+            raise ValueError("the KV buffers are laid out anew only while they are empty")
+        self._lib.llama_free(self._ctx)
+        self._ctx = None
+        self.shares_cells = shared
+        self._ctx = self._new_context()
+        self._mem = self._lib.llama_get_memory(self._ctx)
+        self._logits_address = None
 
     def set_threads(self, n_threads: int) -> None:
         """Evaluate with this many threads from the next pass on (prompts too). llama.cpp
@@ -389,11 +405,16 @@ class Model:
         return n
 
     def fork(self, src: int, dst: int, n: int) -> None:
-        """Sequence `dst` becomes the first n tokens of sequence `src`: their KV cells are
-        shared (the buffer is), not copied, so a fork costs only the cells it adds."""
+        """Sequence `dst` becomes the first n tokens of sequence `src`. In one buffer their
+        KV cells are shared, not copied, so a fork costs only the cells it adds; with a
+        buffer each, llama.cpp copies src's whole buffer into dst's before the next pass
+        (a memory copy, far less than reading the tokens again), and dst keeps n."""
         self.truncate(0, dst)
-        if n:
+        if n and self.shares_cells:
             self._lib.llama_memory_seq_cp(self._mem, src, dst, 0, n)
+        elif n:
+            self._lib.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
+            self._lib.llama_memory_seq_rm(self._mem, dst, n, -1)
         self.seqs[dst] = self.seqs[src][:n]
 
     def sequence(self, seq: int) -> ModelSequence:

@@ -31,7 +31,7 @@ class FakeMain:
     """The main model's sequences, one FakeModel each, evaluated in one pass."""
 
     n_batch = 512
-    shares_cells = False
+    deterministic = True  # no prefix taken over from another slot
     on_pass: Any = None  # sees (prompt tokens, other tokens) of every pass
 
     def __init__(self, slots: int) -> None:

@@ -319,9 +319,10 @@ class Engine:
         never taken first, as llama-server's LRU), so that a prompt sharing nothing with
         the cached ones (a raw prompt among chats) does not take the slot that holds what
         the chats share. If another slot, running or not, holds a longer prefix, the
-        free slot takes it over: the KV cells are shared, not computed again (a system
-        prompt every session sends is read once, not once per slot). A deterministic
-        model has a buffer per sequence, and nothing to share."""
+        free slot takes it over: the KV cells are shared or copied, not computed again (a
+        system prompt every session sends is read once, not once per slot). A
+        deterministic model shares nothing: a slot's results would then depend on how
+        another slot read its prompt."""
         main = self.session.main
         shared = [common_prefix(main.seqs[s], prompt) for s in range(self.slots)]
         free = [s for s in range(self.slots) if s not in self._running and s not in self._stepping]
@@ -330,7 +331,7 @@ class Engine:
         self._taken[slot] = self._takes
         best = max(range(self.slots), key=shared.__getitem__)
         n = min(shared[best], len(prompt) - 1)  # the last token is always fed again
-        if main.shares_cells and n > shared[slot]:
+        if not main.deterministic and n > shared[slot]:
             main.fork(best, slot, n)
         return slot
 
