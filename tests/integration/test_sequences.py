@@ -85,21 +85,6 @@ def test_a_forked_prefix_predicts_what_reading_it_predicts(
         assert len(more) == 4
 
 
-def test_the_kv_layout_changes_only_while_every_sequence_is_empty(
-    pair: tuple[Path, Path],
-) -> None:
-    with Model(pair[0], n_ctx=256, n_seq=2) as model:
-        tokens = model.vocab.tokenize("One, two, three, four,")
-        before = np.argmax(model.decode(tokens), axis=1).tolist()
-        with pytest.raises(ValueError, match="empty"):
-            model.relayout(False)
-        assert model.shares_cells
-        model.truncate(0)
-        model.relayout(False)
-        assert not model.shares_cells and model.n_ctx == 256
-        assert np.argmax(model.decode(tokens, seq=1), axis=1).tolist() == before
-
-
 def test_deterministic_logits_do_not_depend_on_the_rest_of_the_pass(
     pair: tuple[Path, Path],
 ) -> None:

@@ -262,7 +262,7 @@ def model_config(
         mmap=not args.no_mmap,
         split=Split(args.split_mode, args.tensor_split or (), args.main_gpu),
         chat_template=read_template(args.chat_template_file),
-        kv_unified=getattr(args, "kv_unified", None),
+        kv_unified=getattr(args, "kv_unified", True),
     )
     explicit = getattr(args, "spec_type", None) is not None
     return with_threads(

@@ -94,23 +94,20 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "-kvu",
         "--kv-unified",
         dest="kv_unified",
-        action="store_const",
-        const=True,
-        default=None,
-        help="one KV buffer of N times -c cells for every slot: a pass with drafts or a "
-        "prompt in some slots is one batch, and every token attends over every slot's cells "
-        "(default: the faster by the measured cost of a pass, one buffer where a batch costs "
-        "less per token the larger it is)",
+        action="store_true",
+        default=True,
+        help="one KV buffer of N times -c cells for every slot (the default): a pass with "
+        "drafts or a prompt in some slots is one batch; every token attends over every "
+        "slot's cells, the others' masked out",
     )
     g.add_argument(
         "-no-kvu",
         "--no-kv-unified",
         dest="kv_unified",
-        action="store_const",
-        const=False,
+        action="store_false",
         help="a KV buffer of -c cells per slot, as llama-server -np N: a token attends over "
-        "its own slot's cells, and llama.cpp splits a pass into a batch per number of tokens "
-        "per slot",
+        "its own slot's cells only, but llama.cpp splits a pass into a batch per number of "
+        "tokens per slot (slower once several slots verify drafts)",
     )
     g.add_argument(
         "--prompt-stretch",

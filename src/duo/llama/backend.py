@@ -113,9 +113,10 @@ class Model:
     pass of its own (measured: 1+1+1+9 tokens in 91 ms split, 62 ms unified).
 
     The price of one buffer: each token attends over the cells of every sequence (the
-    others' masked out). Where splitting a batch costs little (a CPU whose passes cost
-    about the same per token at any size), a buffer per sequence is faster: `relayout`
-    switches while no sequence holds tokens (duo.session decides by the measured costs).
+    others' masked out). `shared=False` gives each sequence a buffer of its own, as
+    llama-server -np N does: faster for passes without drafts, slower with them (measured
+    on qwen-coder-1.5b, four clients: 1.03x on fresh chat prompts, 0.80-0.96x once the
+    suffix cache drafted for several slots at once).
 
     But where a sequence's cells sit in a shared buffer depends on the others, and with
     them the order in which attention adds up: logits can differ in the last digits from
@@ -157,9 +158,9 @@ class Model:
         # One KV buffer for every sequence (`shared`), unless deterministic
         self.shares_cells = shared and not deterministic and n_seq + forks > 1
         cells = (n_ctx + spare) * n_seq + FORK_CELLS * forks
-        self.n_threads = n_threads
-        self._layout = (cells, n_batch, n_seq, forks, flash_attn, cache_types)
-        self._ctx = self._new_context()
+        self._ctx = self._new_context(
+            cells, n_batch, n_seq + forks, n_threads, flash_attn, cache_types
+        )
 
         self.vocab = Vocabulary(lib, self._model)
         self._mem = lib.llama_get_memory(self._ctx)
@@ -173,6 +174,7 @@ class Model:
         n_batch = lib.llama_n_batch(self._ctx)  # llama.cpp may lower it to n_ctx
         self.n_batch: int = n_batch - spare * n_seq  # a token per sequence for the padding
         self._n_ubatch: int = lib.llama_n_ubatch(self._ctx)
+        self.n_threads = n_threads
         # What else makes a pass faster or slower (a measured cost is this model's only)
         self.settings = [n_gpu_layers, devices is not None, flash_attn, cache_types, split]
         self.settings += [n_ctx, deterministic, self._n_ubatch, hugepages.in_effect()]
@@ -212,21 +214,27 @@ class Model:
             )
         return model
 
-    def _new_context(self) -> Any:
+    def _new_context(
+        self,
+        cells: int,
+        n_batch: int,
+        n_seq_max: int,
+        n_threads: int,
+        flash_attn: str,
+        cache_types: tuple[str, str],
+    ) -> Any:
         """A llama.cpp context on self._model with a KV buffer of `cells` cells, one buffer
         for every sequence where they share cells (self.shares_cells), else one each; the
         model is freed if none can be made."""
         lib = self._lib
-        cells, n_batch, n_seq, forks, flash_attn, cache_types = self._layout
-        n_seq_max = n_seq + forks
         cparams = lib.llama_context_default_params()
         cparams.n_ctx = cells
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = n_seq_max
         cparams.kv_unified = self.shares_cells
-        cparams.n_threads = self.n_threads
-        cparams.n_threads_batch = self.n_threads
+        cparams.n_threads = n_threads
+        cparams.n_threads_batch = n_threads
         cparams.no_perf = True
         cparams.flash_attn_type = {"on": 1, "off": 0, "auto": -1}[flash_attn]
         cparams.type_k, cparams.type_v = (
@@ -256,22 +264,6 @@ class Model:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def relayout(self, shared: bool) -> None:
-        """One KV buffer for every sequence (shared), or one each, from now on: a new
-        context on the same weights. Only while no sequence holds tokens; a model of one
-        sequence, with forks, or deterministic keeps its layout."""
-        _, _, n_seq, forks, _, _ = self._layout
-        if shared == self.shares_cells or n_seq < 2 or forks or self.deterministic:
-            return
-        if any(self.seqs):
-            raise ValueError("the KV buffers are laid out anew only while they are empty")
-        self._lib.llama_free(self._ctx)
-        self._ctx = None
-        self.shares_cells = shared
-        self._ctx = self._new_context()
-        self._mem = self._lib.llama_get_memory(self._ctx)
-        self._logits_address = None
 
     def set_threads(self, n_threads: int) -> None:
         """Evaluate with this many threads from the next pass on (prompts too). llama.cpp

@@ -75,9 +75,7 @@ class ModelConfig:
     mmap: bool = True  # --no-mmap: read the model files into memory instead
     split: Split = LAYER_SPLIT  # -sm, -ts, -mg: the main model over several GPUs
     chat_template: str | None = None  # --chat-template-file: in place of the GGUF's template
-    # -kvu / -no-kvu: one KV buffer for every slot, or one each (None: by the measured costs,
-    # duo.session.session.one_buffer_pays)
-    kv_unified: bool | None = None
+    kv_unified: bool = True  # -kvu / -no-kvu: one KV buffer for every slot, or one each
 
 
 @dataclass(frozen=True)

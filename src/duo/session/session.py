@@ -19,8 +19,7 @@ in one pass (duo.core.engine.step). Each generation gets draft sources of its ow
 own n-gram index, a view of the suffix cache every generation shares, and its share of
 the model drafters, which draft for every running generation at once (the local one in
 a sequence of the draft model per slot, a back in one per session). Each slot has its own
-policy; all share the measured cost of a pass. The slots share one KV buffer, or have
-one each where the measured costs say that pays (`one_buffer_pays`).
+policy; all share the measured cost of a pass.
 """
 
 from __future__ import annotations
@@ -45,13 +44,6 @@ from duo.llama.grammar import Grammar
 from duo.llama.rpc import device_list
 from duo.session.config import ModelConfig, SpecConfig
 from duo.session.share import FIXED, CoreShare, Sharing
-
-# With a KV buffer per slot, llama.cpp splits a pass into one micro-batch per number of
-# tokens per slot; in one buffer, every token attends over every slot's cells (the others'
-# masked out), which cost 3-10% of a pass of four slots' tokens (qwen-coder-1.5b on a
-# 2-core AVX2 CPU, 300-2,000 tokens held). A buffer per slot is taken where splitting a
-# pass costs at most this much more than one batch.
-SPLIT_PAYS = 1.05
 
 
 def check_compatible(main: Model, draft: Model) -> None:
@@ -93,9 +85,8 @@ class Session:
             split=models.split,
             n_seq=slots,
             deterministic=spec.deterministic,
-            shared=models.kv_unified is not False,
+            shared=models.kv_unified,
         )
-        self._kv_unified = models.kv_unified
         self.main.vocab.template = models.chat_template or self.main.vocab.template
         self.draft: Model | None = None
         self.local: SyncDrafts | ThreadDrafts | None = None
@@ -262,8 +253,6 @@ class Session:
             self._costs = cached(self.main, k, extra=extra)
             if self.share is not None:
                 self.share.costs = self._costs
-            if self._kv_unified is None and not any(self.main.seqs):
-                self.main.relayout(one_buffer_pays(self._costs, self.slots, self.spec.draft_max))
         return self._costs
 
     def forget(self) -> None:
@@ -285,16 +274,6 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def one_buffer_pays(costs: CostModel, slots: int, draft_max: int) -> bool:
-    """Whether the slots' KV buffer is best shared: where passes of every slot's token and
-    one slot's draft (of each length up to draft_max) cost more than SPLIT_PAYS times as
-    much split in two micro-batches (a token of each slot, then the draft) as in one (a
-    GPU, or a CPU whose passes cost less per token the larger they are)."""
-    lengths = range(1, draft_max + 1)
-    split = sum(costs.cost(slots) + costs.cost(d) for d in lengths)
-    return split > SPLIT_PAYS * sum(costs.cost(slots + d) for d in lengths)
 
 
 def _local_drafter(draft: Model, spec: SpecConfig, slots: int) -> SyncDrafts | ThreadDrafts:
