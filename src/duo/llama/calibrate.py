@@ -129,18 +129,39 @@ def _identity(model: Model) -> list[str | int]:
     """The model file (path, size, time) and this machine: a cost measured for another
     file or machine is not this one's."""
     stat = model.path.stat()
-    return [str(model.path.resolve()), stat.st_size, stat.st_mtime_ns, _machine()]
+    return [str(model.path.resolve()), stat.st_size, stat.st_mtime_ns, this_cpu()]
 
 
 @functools.cache
-def _machine() -> str:
-    """The CPU's name and count (read once: a start times or reads several cost tables)."""
+def this_cpu() -> str:
+    """This CPU (read once: a start times or reads several cost tables)."""
     try:
         info = Path("/proc/cpuinfo").read_text()
-        cpu = next(line for line in info.splitlines() if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor()
-    return f"{cpu} x{os.cpu_count()} {platform.machine()}"
+    except OSError:
+        info = ""
+    return describe_cpu(info, os.cpu_count() or 1, platform.machine())
+
+
+# The vector extensions llama.cpp's CPU kernels choose by (x86 flags, Arm features): a
+# virtual machine's CPU may be named "AMD EPYC" on hosts with and without AVX-512, whose
+# passes cost 2x (one token) to 4x (a batch of 8) apart for qwen-coder-1.5b.
+VECTOR_EXTENSIONS = (
+    "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+    "avx512_bf16", "avx512vbmi", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16",
+    "asimd", "asimddp", "i8mm", "sve", "sve2", "bf16",
+)  # fmt: skip
+
+
+def describe_cpu(cpuinfo: str, cpus: int, arch: str) -> str:
+    """The CPU's name, count, architecture and vector extensions, from /proc/cpuinfo's
+    text: what a pass's cost depends on."""
+    lines = cpuinfo.splitlines()
+    named = next((line for line in lines if line.startswith("model name")), "")
+    name = named.partition(":")[2].strip() or platform.processor() or "unknown CPU"
+    listed = next((line for line in lines if line.startswith(("flags", "Features"))), "")
+    have = set(listed.partition(":")[2].split())
+    extensions = " ".join(x for x in VECTOR_EXTENSIONS if x in have)
+    return f"{name} x{cpus} {arch} [{extensions}]"
 
 
 def spread(max_batch: int) -> list[int]:

@@ -190,3 +190,30 @@ def test_timing_runs_on_a_thread_that_ends_with_it() -> None:
 
     with pytest.raises(ValueError, match="a pass failed"):
         calibrate.apart(failing)
+
+
+ZEN2 = "model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx fma f16c avx2 bmi2\n"
+ZEN4 = "model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx fma f16c avx2 avx512f avx512bw avx512vl avx512_vnni avx512_bf16\n"  # noqa: E501
+
+
+def test_a_cpu_of_the_same_name_with_other_vector_extensions_is_another_machine() -> None:
+    """A virtual machine's CPU may be named the same on hosts with and without AVX-512:
+    costs timed on one are not the other's."""
+    zen2, zen4 = (calibrate.describe_cpu(info, 2, "x86_64") for info in (ZEN2, ZEN4))
+    assert zen2 == "AMD EPYC x2 x86_64 [avx avx2 fma f16c]"
+    assert zen4.startswith("AMD EPYC x2 x86_64 [") and "avx512_vnni" in zen4
+    arm = calibrate.describe_cpu("Features\t: fp asimd asimddp i8mm\n", 8, "aarch64")
+    assert arm.endswith("x8 aarch64 [asimd asimddp i8mm]")
+
+
+def test_costs_timed_on_another_cpu_are_timed_again(
+    model: Timed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(calibrate, "this_cpu", lambda: calibrate.describe_cpu(ZEN4, 2, "x86_64"))
+    cached(cast(Model, model), 3)
+    timed = model.passes
+    cached(cast(Model, model), 3)
+    assert model.passes == timed  # read back
+    monkeypatch.setattr(calibrate, "this_cpu", lambda: calibrate.describe_cpu(ZEN2, 2, "x86_64"))
+    cached(cast(Model, model), 3)
+    assert model.passes > timed

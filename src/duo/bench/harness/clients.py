@@ -52,6 +52,7 @@ from duo.bench.harness.workloads import WorkloadSession
 from duo.core.sampling import SamplingParams
 from duo.errors import GenerationFailed
 from duo.llama.backend import Model
+from duo.llama.calibrate import this_cpu
 from duo.session.config import ModelConfig, SpecConfig
 
 
@@ -283,6 +284,7 @@ def run(
                 "peer_keys": peer_keys or [3],
                 "temperature": sampling.temperature,
                 "order": "interleaved" if interleave else "sequential",
+                "cpu": this_cpu(),
             }
         )
         for rep in range(repeat):

@@ -47,6 +47,7 @@ from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.errors import UsageError
 from duo.llama import hugepages
+from duo.llama.calibrate import this_cpu
 from duo.session.config import ModelConfig, SpecConfig
 from duo.session.session import Session
 
@@ -185,6 +186,7 @@ def run(
     cores = len(os.sched_getaffinity(0))
     report = Report(
         machine={
+            "cpu": this_cpu(),  # name, count, architecture, vector extensions
             "cpus": cores,
             "platform": sys.platform,
             "python": sys.version.split()[0],
