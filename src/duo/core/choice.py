@@ -208,7 +208,12 @@ class Tail:
     and so was the token after it), compared with the tokens the next rounds emit: what
     the deeper positions would have done. A policy that verifies short drafts tests no
     deep position, and would otherwise keep their estimates from before, however often
-    the copies run on (a copy of a file, verified 4 tokens a round)."""
+    the copies run on (a copy of a file, verified 4 tokens a round). Each round's tail is
+    followed to its end, beside the tails of the rounds after it: followed one round each,
+    no position past the third after a round's draft was ever tested, and on a code edit
+    on a CPU where a pass of 48 tokens costs 0.6x a token each, the policy kept verifying
+    2 tokens a round (a replay of the 1.5B pair's code edits: 1.31x the main model alone,
+    1.50x with every tail followed, 1.57x for an oracle)."""
 
     def __init__(self, table: Acceptance, start: int, tokens: Sequence[int]) -> None:
         self.table = table  # the estimates the draft was chosen by
@@ -262,16 +267,16 @@ class PerSource:
         self._restful: dict[str, AdaptivePolicy] = {}  # those of sources that can rest
         self._lookups: dict[str, StreakAcceptance] = {}  # the always-ready keys' acceptance
         self._streaks: set[str] = set()  # of those, the keys in a streak after the round
-        self._tail: Tail | None = None  # the unverified rest of a lookup's draft
+        self._tails: list[Tail] = []  # the unverified rests of lookup drafts
         self._acceptance: dict[str, StreakAcceptance] = {}  # every key's, in this slot
 
     def begin(self) -> None:
         """A request starts in this slot: every source's acceptance counts its rounds
-        apart from the requests before (StreakAcceptance.begin), and the unverified tail
-        of the last request's lookup draft is dropped."""
+        apart from the requests before (StreakAcceptance.begin), and the unverified tails
+        of the last request's lookup drafts are dropped."""
         for acceptance in self._acceptance.values():
             acceptance.begin()
-        self._tail = None
+        self._tails = []
 
     def policy(self, key: str) -> AdaptivePolicy:
         if key not in self.policies:
@@ -337,8 +342,8 @@ class PerSource:
         batch: int,
     ) -> None:
         self.costs.observe(batch, seconds)
-        if self._tail is not None:
-            self._tail = self._tail.follow(emitted)
+        if self._tails:
+            self._tails = [t for t in (t.follow(emitted) for t in self._tails) if t is not None]
         if not offered and not self._restful and not self._streaks:
             return  # most rounds of a text that copies nothing: nothing else to learn
         seen = set()
@@ -350,7 +355,7 @@ class PerSource:
                 bonus = rest[0] == emitted[-1] if rest else None  # the token after it
                 lookup = self._lookups.get(proposal.key)
                 if lookup is not None and bonus and accepted == drafted and len(rest) > 1:
-                    self._tail = Tail(lookup.current, drafted + 1, rest[1:])
+                    self._tails.append(Tail(lookup.current, drafted + 1, rest[1:]))
                 policy.observe(drafted, accepted, bonus)
             else:
                 agreed = common_prefix(proposal.tokens, emitted)

@@ -406,9 +406,27 @@ def test_a_draft_tail_no_round_verified_is_compared_with_the_next_rounds_tokens(
     assert table.tested[3:5] == [1, 1] and table.accepted[3:5] == [1, 1]
     chooser.observe(None, 0, 0, 0.01, [], [6, 9], 1)  # ...then 6 right, 7 wrong
     assert table.tested[5:] == [1, 1] and table.accepted[5:] == [1, 0]
-    assert chooser._tail is None  # over
+    assert chooser._tails == []  # over
     parent = chooser.learnt["ngram"].after_rejection  # the source's own table hears too
     assert parent.tested[:7] == [1] * 7
+
+
+def test_every_draft_tail_is_followed_to_its_end_while_the_next_rounds_start_their_own() -> None:
+    """A copy of a file, verified 2 tokens a round, each round proposing the next 12
+    tokens: every round's tail is followed as far as the copy goes, not only until the
+    next round's tail replaces it, so positions far deeper than a round reaches are tested
+    (followed one round each, the positions past 5 stayed at whatever they were long ago:
+    on a code edit, a deep position once tried sat at 0.76 and the policy verified 2
+    tokens a round where the copy ran right for hundreds)."""
+    chooser = PerSource(CostModel({1: 0.01, 9: 0.011}), always_ready=frozenset({"ngram"}))
+    text = list(range(100, 160))
+    for at in range(0, 30, 3):
+        copy = Proposal("ngram", tuple(text[at : at + 12]), 50)
+        chooser.observe(copy, 2, 2, 0.01, [copy], text[at : at + 3], 3)
+    table = chooser.learnt["ngram"].after_whole  # every round after the first in a streak
+    assert len(table.tested) == 12 and min(table.tested) > 0
+    assert table.accepted == table.tested  # all right
+    assert table.tested[11] >= 5  # the deepest position, tested by several tails
 
 
 def test_per_source_explores_a_source_that_does_not_pay_as_often_as_asked() -> None:
