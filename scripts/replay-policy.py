@@ -27,7 +27,7 @@ from duo.core.engine import Generation, run
 from duo.core.policy import CostModel
 from duo.llama.backend import Model
 from duo.llama.calibrate import calibrate
-from duo.session.config import resolve_models
+from duo.session.config import SpecConfig, resolve_models
 
 
 def greedy(model: Model, prompt: list[int], n: int) -> Request:
@@ -59,7 +59,9 @@ def main() -> None:
     parser.add_argument("--suite", default="multiturn", choices=suites)
     parser.add_argument("--pair", default="smollm2")
     parser.add_argument("-n", type=int, default=128, help="most tokens per answer")
-    parser.add_argument("--lookup-max", type=int, default=16, help="--spec-ngram-size-m")
+    parser.add_argument(
+        "--lookup-max", type=int, default=SpecConfig.lookup_max, help="--spec-ngram-size-m"
+    )
     parser.add_argument(
         "--out", type=Path, help="answers and costs (default /tmp/duo-replay-SUITE.json)"
     )
