@@ -85,6 +85,39 @@ def test_a_forked_prefix_predicts_what_reading_it_predicts(
         assert len(more) == 4
 
 
+def test_a_parked_sequence_frees_its_cells_and_predicts_as_before(pair: tuple[Path, Path]) -> None:
+    """park saves a sequence's KV cells to host memory and frees them; used again
+    (continued, forked from, truncated), it predicts what it predicted before."""
+    text = "You are a careful assistant. Answer briefly. Question: name three rivers in"
+    with Model(pair[0], n_ctx=256, n_seq=3) as model:
+        tokens = model.vocab.tokenize(text)
+        n = len(tokens) - 4
+        model.decode(tokens[:n], all_logits=False)
+        expected = np.argmax(model.decode(tokens[n:]), axis=1).tolist()
+        model.truncate(n)
+        assert not model.park(0, limit=1024)  # more than the memory allowed
+        assert model.park(0, limit=2**30)
+        assert model.parked_bytes > 1024 and model.seqs[0] == tokens[:n]
+        assert model._lib.llama_memory_seq_pos_max(model._mem, 0) == -1  # no cells left
+        assert not model.park(0, limit=2**30)  # parked already
+        model.decode(tokens[:5], all_logits=False, seq=1)  # the others go on meanwhile
+        model.fork(0, 2, n - 2)  # copied from host memory; sequence 0 stays parked
+        assert model.seqs[2] == tokens[: n - 2] and model.parked_bytes > 1024
+        forked = np.argmax(model.decode(tokens[n - 2 :], seq=2), axis=1).tolist()
+        assert forked[2:] == expected
+        continued = np.argmax(model.decode(tokens[n:]), axis=1).tolist()  # back first
+        assert continued == expected and model.parked_bytes == 0
+        model.park(0, limit=2**30)
+        model.truncate(n)  # back, and cut
+        assert np.argmax(model.decode(tokens[n:]), axis=1).tolist() == expected
+        model.park(0, limit=2**30)
+        model.truncate(0)  # forgotten without coming back
+        assert model.seqs[0] == [] and model.parked_bytes == 0
+    with Model(pair[0], n_ctx=256, n_seq=3, shared=False) as model:
+        model.decode(tokens, all_logits=False)
+        assert not model.park(0, limit=2**30)  # its own buffer slows no one
+
+
 def test_deterministic_logits_do_not_depend_on_the_rest_of_the_pass(
     pair: tuple[Path, Path],
 ) -> None:

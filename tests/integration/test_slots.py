@@ -252,3 +252,31 @@ def test_a_short_request_is_answered_while_a_long_prompt_is_read(cluster: Cluste
         reader.join(300)
         assert answer == alone, route
         assert ended["short"] < ended["long"], route
+
+
+def test_an_idle_slot_parked_in_host_memory_comes_back_for_the_next_turn(
+    cluster: Cluster,
+) -> None:
+    """When a request takes a slot, the idle slots' KV cells leave the shared buffer for
+    host memory (-cram, as llama-server's --cache-idle-slots): a conversation's next turn
+    then takes its slot back with those cells, not reading its history again, and gets the
+    answer a lead that parks nothing (-cram 0) gives."""
+    history = "You are a careful assistant. " * 10 + "Name a fruit."
+    turns = [
+        {"prompt": history, "max_tokens": 8, "temperature": 0},
+        {"prompt": "1, 2, 3, 4,", "max_tokens": 8, "temperature": 0},  # parks the first
+    ]
+    answers = []
+    for cram in ("8192", "0"):
+        proc, url = cluster.lead("--parallel", "2", "--spec-type", "none", "--quiet", "-cram", cram)
+        parked = "idle slots parked in 8,192 MiB of host memory (-cram)"
+        assert (parked in proc.output()) == (cram != "0"), proc.output()
+        seen = [httpx.post(f"{url}/v1/completions", json=t, timeout=300).json() for t in turns]
+        first = seen[0]
+        again = {**turns[0], "prompt": history + first["choices"][0]["text"] + " And a colour?"}
+        r = httpx.post(f"{url}/v1/completions", json=again, timeout=300).json()
+        assert r["timings"]["cache_n"] >= first["usage"]["prompt_tokens"] - 1, r["timings"]
+        answers.append([s["choices"][0]["text"] for s in [*seen, r]])
+        slots = httpx.get(f"{url}/slots", timeout=10).json()
+        assert sorted(s["n_cached"] > 0 for s in slots) == [True, True]  # parked still counts
+    assert answers[0] == answers[1]

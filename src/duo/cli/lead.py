@@ -26,7 +26,7 @@ from duo.cli.args import (
 )
 from duo.cli.back import BACK_KEY_ENV
 from duo.cli.console import Console
-from duo.cli.values import bind_address, port, positive, stretch
+from duo.cli.values import bind_address, mebibytes, port, positive, stretch
 from duo.errors import UsageError
 from duo.lead.engine.lead import LeadConfig
 from duo.lead.openai.reasoning import FORMATS
@@ -110,6 +110,18 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "tokens per slot (slower once several slots verify drafts)",
     )
     g.add_argument(
+        "-cram",
+        "--cache-ram",
+        type=mebibytes,
+        default=LeadConfig.cache_ram,
+        metavar="MIB",
+        help="host memory for idle slots: when a request takes a slot, the other idle "
+        "slots' KV cells are saved here and leave the shared buffer, where every token "
+        "would attend over them, and come back when a request uses them again, as "
+        "llama-server's --cache-idle-slots (default %(default)s MiB, as llama-server; 0: "
+        "none, -1: no limit)",
+    )
+    g.add_argument(
         "--prompt-stretch",
         type=stretch,
         default=LeadConfig.prompt_stretch,
@@ -164,6 +176,7 @@ def cmd_lead(args: argparse.Namespace) -> int:
         cors_origins=args.cors_origins,
         parallel=args.parallel,
         prompt_stretch=args.prompt_stretch,
+        cache_ram=args.cache_ram,
         alias=args.alias,
         reasoning_format=args.reasoning_format,
     )
@@ -197,6 +210,13 @@ def cmd_lead(args: argparse.Namespace) -> int:
         if config.parallel > 1:
             shared = lead.session.main.shares_cells
             slots += ", one KV buffer (-kvu)" if shared else ", a KV buffer each (-no-kvu)"
+            if shared and config.cache_ram:
+                room = (
+                    "host memory without a limit"
+                    if config.cache_ram < 0
+                    else f"{config.cache_ram:,} MiB of host memory"
+                )
+                slots += f", idle slots parked in {room} (-cram)"
         print(f"duo lead: {slots}", flush=True)
         print(f"duo lead: placement: {lead.session.sharing().describe()}", flush=True)
         server = _server(

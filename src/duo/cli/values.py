@@ -64,6 +64,17 @@ def non_negative(text: str) -> int:
     return value
 
 
+def mebibytes(text: str) -> int:
+    """An amount of memory in MiB, or -1 for no limit (as llama-server's --cache-ram)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -2
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"expected MiB (0 or more, -1: no limit), got {text!r}")
+    return value
+
+
 def _numbers(
     text: str, kind: Callable[[str], N], example: str, low: N, high: N, bounds: str
 ) -> list[N]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
@@ -56,8 +57,16 @@ def build_lead(
             session.local is not None,
             decode_cpu=lambda: main.decode_cpu_seconds,
         )
+        cache = config.cache_ram * 2**20 if config.cache_ram >= 0 else sys.maxsize  # -1: all
         lead = Lead(
-            session, backs, metrics, mail, show, alias=config.alias, stretch=config.prompt_stretch
+            session,
+            backs,
+            metrics,
+            mail,
+            show,
+            alias=config.alias,
+            stretch=config.prompt_stretch,
+            cache_bytes=cache,
         )
     except BaseException:
         session.close()

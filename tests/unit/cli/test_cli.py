@@ -70,6 +70,8 @@ from duo.cli.parser import env_defaults
         (["lead", "--prompt-stretch", "0.5"], "the stretch is 1 or more (or inf), not 0.5"),
         (["lead", "--prompt-stretch", "nan"], "the stretch is 1 or more"),
         (["lead", "--prompt-stretch", "fast"], "expected a factor like 8 or inf"),
+        (["lead", "-cram", "-2"], "expected MiB (0 or more, -1: no limit), got '-2'"),
+        (["lead", "--cache-ram", "8G"], "expected MiB (0 or more, -1: no limit), got '8G'"),
         (["bench", "--half", "F16", "-m", "main.gguf"], "give --pair, not -m"),
         (["bench", "--half", "BF16,F16", "--clients", "1"], "once per DUO_HALF instead"),
         (["back", "--fanout", "two"], "integer >= 0"),
@@ -170,6 +172,10 @@ def test_every_long_flag_takes_its_default_from_duo_arg(
     assert args.parallel == 3
     args = parser.parse_args(["lead", "-c", "512", "-np", "2", "--alias", "x"])
     assert (args.ctx_size, args.parallel, args.alias) == (512, 2, "x")
+    assert [build_parser().parse_args(["lead", *a]).cache_ram for a in ([], ["-cram", "-1"])] == [
+        8192,  # llama-server's default
+        -1,
+    ]
     assert build_parser().parse_args(["lead"]).ctx_size == 4096  # no environment, no change
     for bad, message in [
         ({"DUO_ARG_FLASH_ATTN": "yes"}, "$DUO_ARG_FLASH_ATTN is 'yes': expected one of on, off"),

@@ -38,6 +38,11 @@ class FakeMain:
         table = table_model(1)
         self.models = [FakeModel(table, n_ctx=4096) for _ in range(slots)]
         self.vocab = SimpleNamespace(piece=lambda token: b"a")
+        self.parked: list[tuple[int, int]] = []  # (slot, limit) of every park asked for
+
+    def park(self, slot: int, limit: int) -> bool:
+        self.parked.append((slot, limit))
+        return True
 
     @property
     def seqs(self) -> list[list[int]]:
@@ -292,3 +297,44 @@ def test_a_request_whose_pass_fails_ends_its_line_on_the_console() -> None:
         engine.close()
     assert isinstance(events[-1], Failed), events
     assert shown and all(isinstance(c, Chunk) for c in shown[:-1]) and shown[-1] == "\n"
+
+
+class ThreeSlots(FakeSession):
+    slots = 3
+
+
+def test_a_request_parks_the_idle_slots_it_does_not_take() -> None:
+    """When a request takes a slot, every other free slot is parked (its KV cells to host
+    memory, duo.llama.backend.Model.park) within the engine's memory; a running one never."""
+    session = ThreeSlots()
+    session.main.on_pass = lambda prompt, tokens: time.sleep(0.005)  # the second runs on
+    engine = Engine(session, cache_bytes=12345)  # type: ignore[arg-type]
+    try:
+        first: list[Event] = []
+        engine.submit(Ticket(Job(prompt=[1, 2, 3], max_tokens=3), first.append))
+        _wait_for_done(first)
+        taken = {slot for slot, _ in session.main.parked}
+        assert len(taken) == 2 and all(limit == 12345 for _, limit in session.main.parked)
+        (first_slot,) = {0, 1, 2} - taken
+        session.main.parked.clear()
+        running: list[Event] = []
+        engine.submit(Ticket(Job(prompt=[4, 5, 6], max_tokens=3000), running.append))
+        while not running:
+            time.sleep(0.01)
+        second_slot = next(iter({0, 1, 2} - {slot for slot, _ in session.main.parked}))
+        assert (first_slot, 12345) in session.main.parked  # the first request's, now idle
+        session.main.parked.clear()
+        third: list[Event] = []
+        engine.submit(Ticket(Job(prompt=[7, 8, 9], max_tokens=3), third.append))
+        _wait_for_done(third)
+        assert second_slot not in {slot for slot, _ in session.main.parked}  # it runs
+        assert len(session.main.parked) == 1
+    finally:
+        engine.close()
+
+
+def _wait_for_done(events: list[Event]) -> None:
+    deadline = time.monotonic() + 30
+    while not any(isinstance(e, Done) for e in events) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert isinstance(events[-1], Done), events

@@ -52,6 +52,9 @@ log = logging.getLogger(__name__)
 # admitted request (the running ones and those reading their prompts), by the measured
 # cost of a pass; a piece has at least PIECE_LEAST tokens, so every prompt moves on.
 PIECE_STRETCH = math.inf
+# Host memory for idle slots' KV cells (duo.llama.backend.Model.park): llama-server's
+# --cache-ram default, 8 GiB
+CACHE_BYTES = 8192 * 2**20
 TURN_STRETCH = 1.5
 PIECE_LEAST = 4
 
@@ -99,12 +102,15 @@ class Engine:
         failed: Callable[[], None] | None = None,
         flush: Callable[[], None] | None = None,
         stretch: float = PIECE_STRETCH,
+        cache_bytes: int = CACHE_BYTES,
     ) -> None:
         """`flush` hands over the events emitted so far: the engine calls it before each
         pass of the main model and before it waits for work (duo.mailbox). A round that
-        reads a piece of a new prompt costs at most `stretch` times a round without it."""
+        reads a piece of a new prompt costs at most `stretch` times a round without it.
+        Idle slots are parked in up to `cache_bytes` of host memory (see _take_slot)."""
         self.session = session
         self.stretch = stretch
+        self.cache_bytes = cache_bytes
         # Long prompts take turns with the running requests (see _turn), unless a stretch
         # bounds every round; the running requests' turn reads prompts within this one.
         self._turns = stretch == math.inf
@@ -322,7 +328,8 @@ class Engine:
         free slot takes it over: the KV cells are shared or copied, not computed again (a
         system prompt every session sends is read once, not once per slot). A
         deterministic model shares nothing: a slot's results would then depend on how
-        another slot read its prompt."""
+        another slot read its prompt. The other free slots are parked in host memory, up
+        to cache_bytes of them (as llama-server's --cache-idle-slots and --cache-ram)."""
         main = self.session.main
         shared = [common_prefix(main.seqs[s], prompt) for s in range(self.slots)]
         free = [s for s in range(self.slots) if s not in self._running and s not in self._stepping]
@@ -333,6 +340,9 @@ class Engine:
         n = min(shared[best], len(prompt) - 1)  # the last token is always fed again
         if not main.deterministic and n > shared[slot]:
             main.fork(best, slot, n)
+        for idle in free:  # their cells would slow every pass (duo.llama.backend.Model.park)
+            if idle != slot:
+                main.park(idle, self.cache_bytes)
         return slot
 
     def _round(self, stretch: float, to_the_end: bool = False) -> None:

@@ -21,7 +21,7 @@ from duo.core.engine import MainModel
 from duo.core.text import Chunk
 from duo.errors import PromptTooLong, UsageError
 from duo.lead.engine.events import Delta, Event, Job, Ticket
-from duo.lead.engine.jobs import PIECE_STRETCH, Engine
+from duo.lead.engine.jobs import CACHE_BYTES, PIECE_STRETCH, Engine
 from duo.lead.engine.metrics import Metrics
 from duo.llama.grammar import Grammar
 from duo.mailbox import Mailboxes
@@ -46,6 +46,8 @@ class LeadConfig:
     # --prompt-stretch: a round that reads a piece of a new prompt beside running requests
     # costs at most this many times their round (duo.lead.engine.jobs)
     prompt_stretch: float = PIECE_STRETCH
+    # --cache-ram: MiB of host memory for idle slots' KV cells (0: none, -1: no limit)
+    cache_ram: int = CACHE_BYTES // 2**20
     # --cors-origins: web pages of these origins ("*": any) may call the API from a
     # browser; none by default
     cors_origins: tuple[str, ...] = ()
@@ -113,6 +115,7 @@ class Lead:
         show: Callable[[int, Chunk | str], None] | None = None,
         alias: str | None = None,
         stretch: float = PIECE_STRETCH,
+        cache_bytes: int = CACHE_BYTES,
     ) -> None:
         """`mail` carries the engine thread's calls to the event loop (the drafter channel
         may share it, so that the engine hands over everything at once); `show` sees each
@@ -130,6 +133,7 @@ class Lead:
             failed=metrics.fail,
             flush=self.mail.flush,
             stretch=stretch,
+            cache_bytes=cache_bytes,
         )
         metrics.load = lambda: (self.engine.busy, self.engine.queued, self.engine.slots)
 
