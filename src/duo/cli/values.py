@@ -66,11 +66,8 @@ def non_negative(text: str) -> int:
 
 def mebibytes(text: str) -> int:
     """An amount of memory in MiB, or -1 for no limit (as llama-server's --cache-ram)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -2
-    if value < -1:
+    value = int(text) if re.fullmatch(r"-?[0-9]+", text.strip()) else None
+    if value is None or value < -1:
         raise argparse.ArgumentTypeError(f"expected MiB (0 or more, -1: no limit), got {text!r}")
     return value
 

@@ -57,7 +57,7 @@ def build_lead(
             session.local is not None,
             decode_cpu=lambda: main.decode_cpu_seconds,
         )
-        cache = config.cache_ram * 2**20 if config.cache_ram >= 0 else sys.maxsize  # -1: all
+        cache = config.cache_ram * 2**20 if config.cache_ram >= 0 else sys.maxsize  # -1: no limit
         lead = Lead(
             session,
             backs,
