@@ -52,11 +52,11 @@ log = logging.getLogger(__name__)
 # admitted request (the running ones and those reading their prompts), by the measured
 # cost of a pass; a piece has at least PIECE_LEAST tokens, so every prompt moves on.
 PIECE_STRETCH = math.inf
+TURN_STRETCH = 1.5
+PIECE_LEAST = 4
 # Host memory for idle slots' KV cells (duo.llama.backend.Model.park): llama-server's
 # --cache-ram default, 8 GiB
 CACHE_BYTES = 8192 * 2**20
-TURN_STRETCH = 1.5
-PIECE_LEAST = 4
 
 
 @dataclass(eq=False)
