@@ -114,9 +114,14 @@ class FakeBatchModel:
         self.n_vocab = N_VOCAB
         self.n_batch = 512
         self.passes: list[list[int]] = []  # per pass, the tokens of each part
+        self.parked: list[tuple[int, int]] = []  # (sequence, limit) of each park
 
     def sequence(self, seq: int) -> FakeModel:
         return self.seqs[seq]
+
+    def park(self, seq: int, limit: int) -> bool:
+        self.parked.append((seq, limit))
+        return True
 
     def fork(self, src: int, dst: int, n: int) -> None:
         self.seqs[dst].tokens = self.seqs[src].tokens[:n]

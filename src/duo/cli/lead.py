@@ -118,8 +118,8 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="host memory for idle slots: when a request takes a slot, the other idle "
         "slots' KV cells are saved here and leave the shared buffer, where every token "
         "would attend over them, and come back when a request uses them again, as "
-        "llama-server's --cache-idle-slots (default %(default)s MiB, as llama-server; 0: "
-        "none, -1: no limit)",
+        "llama-server's --cache-idle-slots (default %(default)s MiB, as llama-server, for "
+        "the main model and as much for an in-process drafter (-md); 0: none, -1: no limit)",
     )
     g.add_argument(
         "--prompt-stretch",

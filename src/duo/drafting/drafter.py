@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from duo.core.draft import Draft, common_prefix
 from duo.core.sampling import Greedy, Logits, Sampler
 from duo.drafting.fanout import Fanout, FanoutBranch
-from duo.llama.backend import Model, ModelSequence
+from duo.llama.backend import CACHE_BYTES, Model, ModelSequence
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,7 @@ class Track:
     seen: int = -1  # the version of the last draft published
     idle: bool = False  # nothing to draft until the next change
     resting: bool = False
+    ended: bool = False  # its generation ended since: its cells may be parked
 
 
 class DraftWorker:
@@ -120,6 +121,11 @@ class DraftWorker:
     With `fanout` F > 0, each generation also has up to F branches (duo.drafting.fanout),
     in F more sequences of the draft model (made with `forks=sequences * F`), and each
     pass takes up to F branch steps besides the chains' next guesses.
+
+    The sequence of a generation that ended is parked in host memory (up to `cache_bytes`
+    in all) at the worker's next pass, as the lead parks its idle slots: in one KV buffer
+    its cells would slow every pass of the others (duo.llama.backend.Model.park). They
+    come back when a generation with the same prompt takes it again.
     """
 
     def __init__(
@@ -132,8 +138,10 @@ class DraftWorker:
         fanout: int = 0,
         cores: set[int] | None = None,
         name: str = "drafter",
+        cache_bytes: int = CACHE_BYTES,
     ) -> None:
         self.model = model
+        self.cache_bytes = cache_bytes
         self.publish = publish
         self.max_ahead = max_ahead
         self.fanout = fanout
@@ -176,7 +184,7 @@ class DraftWorker:
             )
             self._begun += 1
             track.key, track.committed, track.began = key, list(prompt), self._begun
-            track.resting = False
+            track.resting = track.ended = False
             self._changed(track)
 
     def commit(self, key: int, start: int, tokens: Sequence[int]) -> None:
@@ -194,6 +202,7 @@ class DraftWorker:
             for track in self.tracks:
                 if key is None or track.key == key:
                     track.key, track.committed = None, None
+                    track.ended = True
 
     def rest(self, key: int, resting: bool) -> None:
         """While resting the worker does not decode for this generation; it still hears
@@ -266,6 +275,10 @@ class DraftWorker:
         A draft is published whenever it grew or the committed tokens moved (a new
         generation may find its whole draft already in the mirror, e.g. a repeated prompt).
         """
+        for t in self.tracks:
+            if t.ended:  # a begin meanwhile finds its cells back when it decodes
+                t.ended = False
+                self.model.park(t.seq, self.cache_bytes)
         branching = [(t, self._branch_steps(t, committed)) for t, _, committed, _ in work]
         planned = [(t, t.mirror.plan(committed, self.max_ahead)) for t, _, committed, _ in work]
         together = [(t, tokens) for t, tokens in planned if 0 < len(tokens) <= BATCHED]

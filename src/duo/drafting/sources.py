@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from duo.core.draft import Draft, Proposal, delta, first_usable
 from duo.core.engine import DraftSource
 from duo.drafting.drafter import DraftWorker, Mirror
-from duo.llama.backend import Model
+from duo.llama.backend import CACHE_BYTES, Model
 
 MODEL = "model"  # the source name of a draft model in this process
 
@@ -69,6 +69,7 @@ class ThreadDrafts:
         fanout: int = 0,
         cores: set[int] | None = None,
         slots: int = 1,
+        cache_bytes: int = CACHE_BYTES,
     ) -> None:
         self.n_vocab = model.n_vocab
         # by slot, replaced whole by the worker: the chain, then its branches
@@ -81,6 +82,7 @@ class ThreadDrafts:
             max_ahead=max_ahead,
             fanout=fanout,
             cores=cores,
+            cache_bytes=cache_bytes,
         )
         self.worker.start()
 

@@ -39,7 +39,10 @@ def build_lead(
     """Load the models and wire the engine, the drafter channel and the API together;
     `show` sees each slot's text as it is made."""
     backs = Backs()
-    session = Session(config.models, config.spec, remote=backs, slots=config.parallel)
+    cache = config.cache_ram * 2**20 if config.cache_ram >= 0 else sys.maxsize  # -1: no limit
+    session = Session(
+        config.models, config.spec, remote=backs, slots=config.parallel, cache_bytes=cache
+    )
     try:
         main = session.main
         keys = as_keys(config.api_key)
@@ -57,7 +60,6 @@ def build_lead(
             session.local is not None,
             decode_cpu=lambda: main.decode_cpu_seconds,
         )
-        cache = config.cache_ram * 2**20 if config.cache_ram >= 0 else sys.maxsize  # -1: no limit
         lead = Lead(
             session,
             backs,

@@ -49,6 +49,8 @@ CACHE_TYPES = {
 # -sm: how a model's layers are split over several GPUs (enum llama_split_mode)
 SPLIT_MODES = {"none": 0, "layer": 1, "row": 2}
 MAX_DEVICES = 16  # llama_max_devices(): -ts takes no more shares than this
+# Host memory for idle sequences' KV cells (Model.park): llama-server's --cache-ram default
+CACHE_BYTES = 8192 * 2**20
 
 
 @dataclass(frozen=True)

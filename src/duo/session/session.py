@@ -38,7 +38,7 @@ from duo.core.stats import Stats
 from duo.drafting.lookup import NGRAM, SUFFIX, NgramDrafts, SuffixDrafts, SuffixMemory
 from duo.drafting.sources import MODEL, Sources, SyncDrafts, ThreadDrafts
 from duo.errors import IncompatibleModels, UsageError
-from duo.llama.backend import Model
+from duo.llama.backend import CACHE_BYTES, Model
 from duo.llama.calibrate import cached
 from duo.llama.grammar import Grammar
 from duo.llama.rpc import device_list
@@ -65,6 +65,7 @@ class Session:
         spec: SpecConfig,
         remote: DraftPool | None = None,
         slots: int = 1,
+        cache_bytes: int = CACHE_BYTES,  # an in-process drafter's idle sequences (Model.park)
     ) -> None:
         types = spec.spec_types if spec.mode != "target" else frozenset()
         if types == {"model"} and models.draft is None and remote is None:
@@ -117,7 +118,7 @@ class Session:
                         alone=models.threads_alone,
                         draft_max=spec.draft_max,
                     )
-                self.local = _local_drafter(self.draft, spec, slots)
+                self.local = _local_drafter(self.draft, spec, slots, cache_bytes)
                 if self.share is not None and isinstance(self.local, ThreadDrafts):
                     self.share.start(self.local.worker)
         except BaseException:
@@ -276,12 +277,19 @@ class Session:
         self.close()
 
 
-def _local_drafter(draft: Model, spec: SpecConfig, slots: int) -> SyncDrafts | ThreadDrafts:
+def _local_drafter(
+    draft: Model, spec: SpecConfig, slots: int, cache_bytes: int
+) -> SyncDrafts | ThreadDrafts:
     if spec.mode == "sync":
         return SyncDrafts(draft, slots)
     cores = set(spec.draft_cores) if spec.draft_cores else None
     return ThreadDrafts(
-        draft, max_ahead=spec.max_ahead, fanout=spec.fanout, cores=cores, slots=slots
+        draft,
+        max_ahead=spec.max_ahead,
+        fanout=spec.fanout,
+        cores=cores,
+        slots=slots,
+        cache_bytes=cache_bytes,
     )
 
 

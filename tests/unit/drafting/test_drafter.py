@@ -133,6 +133,36 @@ def test_one_worker_drafts_for_several_generations_in_one_pass_each_round() -> N
         worker.stop()
 
 
+def test_an_ended_generation_s_sequence_is_parked_at_the_worker_s_next_pass() -> None:
+    """Parked once, with the worker's limit, when it next drafts for another generation
+    (its cells would slow that pass); never a running generation's."""
+    table = table_model(23)
+    model = FakeBatchModel([FakeModel(table) for _ in range(2)])
+    published = Published()
+    worker = DraftWorker(
+        cast(Model, model), published, sequences=2, max_ahead=4, cache_bytes=1234
+    ).start()
+    try:
+        worker.begin(10, [1, 2])
+        worker.begin(11, [3, 4])
+        published.wait_for(10, 2, 4)
+        published.wait_for(11, 2, 4)
+        assert model.parked == []
+        worker.end(10)
+        worker.commit(11, 2, [9])
+        published.wait_for(11, 3, 4)
+        assert model.parked == [(0, 1234)]
+        worker.commit(11, 3, [8])
+        published.wait_for(11, 4, 4)
+        assert model.parked == [(0, 1234)]
+        worker.begin(12, [1, 2])  # takes the parked sequence, as any free one
+        draft = published.wait_for(12, 2, 4)
+        assert list(draft.tokens) == reference(table, [1, 2], 4)
+        assert model.parked == [(0, 1234)]
+    finally:
+        worker.stop()
+
+
 class WatchedCondition(threading.Condition):
     """A Condition that counts the waits begun on it, so a test can see the worker go
     back to sleep rather than sleep itself and hope."""

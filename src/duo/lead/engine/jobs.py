@@ -34,6 +34,7 @@ from duo.core.stats import Stats
 from duo.core.text import Chunk, TextStream
 from duo.errors import DuoError
 from duo.lead.engine.events import Delta, Done, Ending, Failed, Ticket, deltas
+from duo.llama.backend import CACHE_BYTES
 from duo.session.session import Session, pinned
 
 log = logging.getLogger(__name__)
@@ -54,9 +55,6 @@ log = logging.getLogger(__name__)
 PIECE_STRETCH = math.inf
 TURN_STRETCH = 1.5
 PIECE_LEAST = 4
-# Host memory for idle slots' KV cells (duo.llama.backend.Model.park): llama-server's
-# --cache-ram default, 8 GiB
-CACHE_BYTES = 8192 * 2**20
 
 
 @dataclass(eq=False)

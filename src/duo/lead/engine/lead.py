@@ -21,8 +21,9 @@ from duo.core.engine import MainModel
 from duo.core.text import Chunk
 from duo.errors import PromptTooLong, UsageError
 from duo.lead.engine.events import Delta, Event, Job, Ticket
-from duo.lead.engine.jobs import CACHE_BYTES, PIECE_STRETCH, Engine
+from duo.lead.engine.jobs import PIECE_STRETCH, Engine
 from duo.lead.engine.metrics import Metrics
+from duo.llama.backend import CACHE_BYTES
 from duo.llama.grammar import Grammar
 from duo.mailbox import Mailboxes
 from duo.session.config import ModelConfig, SpecConfig
