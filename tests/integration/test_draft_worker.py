@@ -2,61 +2,38 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
 
-from duo.core.draft import Draft
 from duo.drafting.drafter import DraftWorker
 from duo.llama.backend import Model
+from tests.unit.fakes import Published
 
 pytestmark = pytest.mark.integration
-
-
-class Latest:
-    """The latest draft published for each key, and a way to wait for one."""
-
-    def __init__(self) -> None:
-        self.drafts: dict[int, Draft] = {}
-        self.cv = threading.Condition()
-
-    def __call__(self, key: int, draft: Draft, branches: tuple[Draft, ...]) -> None:
-        with self.cv:
-            self.drafts[key] = draft
-            self.cv.notify_all()
-
-    def wait(self, key: int, start: int, length: int) -> tuple[int, ...]:
-        def ready() -> bool:
-            draft = self.drafts.get(key)
-            return draft is not None and draft.start == start and len(draft.tokens) >= length
-
-        with self.cv:
-            assert self.cv.wait_for(ready, timeout=60)
-            return self.drafts[key].tokens
 
 
 def _drafts_after_a_return(path: Path, cache_bytes: int) -> tuple[tuple[int, ...], int, int]:
     """Two generations; the first ends while the second drafts on, and a third takes up the
     first one's text: the third's draft, and the bytes parked before and after it."""
     with Model(path, n_ctx=512, n_seq=2) as model:
-        latest = Latest()
-        worker = DraftWorker(model, latest, sequences=2, max_ahead=6, cache_bytes=cache_bytes)
+        published = Published()
+        worker = DraftWorker(model, published, sequences=2, max_ahead=6, cache_bytes=cache_bytes)
         worker.start()
         try:
             p = model.vocab.tokenize("The three largest rivers of Europe are the")
             q = model.vocab.tokenize("def fibonacci(n):\n    ")
             worker.begin(10, p)
             worker.begin(11, q)
-            first = latest.wait(10, len(p), 6)
-            second = latest.wait(11, len(q), 6)
+            first = published.wait_for(10, len(p), 6, timeout=60).tokens
+            second = published.wait_for(11, len(q), 6, timeout=60).tokens
             worker.end(10)
             worker.commit(11, len(q), second[:3])  # its pass parks 10's sequence first
-            latest.wait(11, len(q) + 3, 6)
+            published.wait_for(11, len(q) + 3, 6, timeout=60)
             parked = model.parked_bytes
             worker.begin(12, p)  # the one free sequence: 10's tokens, parked
             worker.commit(12, len(p), first)
-            again = latest.wait(12, len(p) + len(first), 6)
+            again = published.wait_for(12, len(p) + len(first), 6, timeout=60).tokens
             return again, parked, model.parked_bytes
         finally:
             worker.stop()

@@ -7,11 +7,13 @@ always, like a quantized copy).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
 from duo.core.choice import Chooser
+from duo.core.draft import Draft
 from duo.core.engine import DraftSource, Generation, MainModel, Round, run
 from duo.core.prompt import Prefill
 from duo.core.sampling import Sampler
@@ -159,3 +161,44 @@ def generate(
         policy=policy,
     )
     return run(main, g, on_prefill)
+
+
+class Published:
+    """Drafts published by a worker, by key, and a way to wait for one."""
+
+    def __init__(self) -> None:
+        self.drafts: dict[int, list[Draft]] = {}
+        self.branches: dict[int, list[tuple[Draft, ...]]] = {}
+        self.cv = threading.Condition()
+
+    def __call__(self, key: int, d: Draft, branches: tuple[Draft, ...] = ()) -> None:
+        with self.cv:
+            self.drafts.setdefault(key, []).append(d)
+            self.branches.setdefault(key, []).append(branches)
+            self.cv.notify_all()
+
+    def wait_for_branch(self, key: int, path: tuple[int, ...]) -> Draft:
+        """The first branch published that starts with `path`."""
+
+        def found() -> Draft | None:
+            every = (b for bs in self.branches.get(key, []) for b in bs)
+            return next((b for b in every if b.tokens[: len(path)] == path), None)
+
+        with self.cv:
+            assert self.cv.wait_for(lambda: found() is not None, timeout=5)
+            branch = found()
+            assert branch is not None
+            return branch
+
+    def wait_for(self, key: int, n_committed: int, length: int, timeout: float = 5) -> Draft:
+        """The first draft published after `n_committed` tokens with `length` or more."""
+
+        def found() -> Draft | None:
+            ok = [d for d in self.drafts.get(key, []) if d.start == n_committed]
+            return next((d for d in ok if len(d.tokens) >= length), None)
+
+        with self.cv:
+            assert self.cv.wait_for(lambda: found() is not None, timeout=timeout)
+            draft = found()
+            assert draft is not None
+            return draft

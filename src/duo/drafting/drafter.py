@@ -125,7 +125,8 @@ class DraftWorker:
     The sequence of a generation that ended is parked in host memory (up to `cache_bytes`
     in all) at the worker's next pass, as the lead parks its idle slots: in one KV buffer
     its cells would slow every pass of the others (duo.llama.backend.Model.park). They
-    come back when a generation with the same prompt takes it again.
+    come back when a generation takes the sequence again, which keeps the part its prompt
+    shares with them, as it would have without parking.
     """
 
     def __init__(

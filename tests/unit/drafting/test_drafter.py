@@ -11,7 +11,7 @@ from duo.core.draft import Draft
 from duo.drafting.drafter import DraftWorker, Mirror
 from duo.drafting.sources import ThreadDrafts
 from duo.llama.backend import Model
-from tests.unit.fakes import FakeBatchModel, FakeModel, reference, table_model
+from tests.unit.fakes import FakeBatchModel, FakeModel, Published, reference, table_model
 
 
 def test_mirror_catches_up_guesses_ahead_and_rolls_back() -> None:
@@ -61,45 +61,6 @@ def test_worker_drafts_ahead_up_to_max_ahead_and_publishes() -> None:
         assert all(len(d.tokens) <= 5 for d in drafts)
     finally:
         worker.stop()
-
-
-class Published:
-    """Drafts published by a worker, by key, and a way to wait for one."""
-
-    def __init__(self) -> None:
-        self.drafts: dict[int, list[Draft]] = {}
-        self.branches: dict[int, list[tuple[Draft, ...]]] = {}
-        self.cv = threading.Condition()
-
-    def __call__(self, key: int, d: Draft, branches: tuple[Draft, ...] = ()) -> None:
-        with self.cv:
-            self.drafts.setdefault(key, []).append(d)
-            self.branches.setdefault(key, []).append(branches)
-            self.cv.notify_all()
-
-    def wait_for_branch(self, key: int, path: tuple[int, ...]) -> Draft:
-        """The first branch published that starts with `path`."""
-
-        def found() -> Draft | None:
-            every = (b for bs in self.branches.get(key, []) for b in bs)
-            return next((b for b in every if b.tokens[: len(path)] == path), None)
-
-        with self.cv:
-            assert self.cv.wait_for(lambda: found() is not None, timeout=5)
-            branch = found()
-            assert branch is not None
-            return branch
-
-    def wait_for(self, key: int, n_committed: int, length: int) -> Draft:
-        def found() -> Draft | None:
-            ok = [d for d in self.drafts.get(key, []) if d.start == n_committed]
-            return next((d for d in ok if len(d.tokens) >= length), None)
-
-        with self.cv:
-            assert self.cv.wait_for(lambda: found() is not None, timeout=5)
-            draft = found()
-            assert draft is not None
-            return draft
 
 
 def test_one_worker_drafts_for_several_generations_in_one_pass_each_round() -> None:
