@@ -6,7 +6,8 @@
 
 Records the main model's greedy answers to a workload, one request at a time, as
 `duo bench --clients 1 --suite SUITE` sends them (agent, multiturn, code-edit), or to a
-prompt suite (chat, grounded), and measures the main model's pass costs on this machine.
+prompt suite (chat, grounded), and measures the main model's pass costs on this machine
+(each size's median, duo.llama.calibrate.median_costs).
 Both are kept in --out, so a second run with the same --out replays at once: change the
 policy or the lookups, run it again, compare. Prints tokens per second for the lead's
 adaptive policy, the oracle (which knows the answer) and plain decoding.
@@ -26,8 +27,10 @@ from duo.bench.replay import POLICIES, Request, replay
 from duo.core.engine import Generation, run
 from duo.core.policy import CostModel
 from duo.llama.backend import Model
-from duo.llama.calibrate import calibrate
+from duo.llama.calibrate import median_costs, spread
 from duo.session.config import SpecConfig, resolve_models
+
+PROMPTS = (64, 128, 256, 512)  # pass sizes a prompt is read in, timed beside the drafts'
 
 
 def greedy(model: Model, prompt: list[int], n: int) -> Request:
@@ -73,9 +76,10 @@ def main() -> None:
         main_path, _ = resolve_models(None, None, args.pair)
         model = Model(main_path, n_ctx=8192, n_threads=len(os.sched_getaffinity(0)))
         requests = record(model, args.suite, args.n)
-        mean = sum(len(r.prompt) for r in requests) // len(requests)
-        extra = [s for s in (32, 48, 64, 128, 256, 512) if s > args.lookup_max + 1]
-        costs = calibrate(model, args.lookup_max + 1, context=mean, extra=extra)
+        # at the context the rounds run at, on average: the prompt and half the answer
+        context = sum(len(r.prompt) + len(r.answer) // 2 for r in requests) // len(requests)
+        sizes = spread(args.lookup_max + 1) + [s for s in PROMPTS if s > args.lookup_max + 1]
+        costs = median_costs(model, sizes, repeats=5, context=context)
         saved = {
             "requests": [r.__dict__ for r in requests],
             "seconds": {str(k): v for k, v in costs.seconds.items()},

@@ -13,6 +13,8 @@ import hashlib
 import json
 import os
 import platform
+import random
+import statistics
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +26,7 @@ from duo.llama.models import duo_home
 from duo.load import BUSY_SHARE, OtherLoad
 
 LONG_PASS = 0.25  # seconds: a pass timed once
+FILLER = 100  # the token passes are timed with: any valid one, only the timing matters
 
 
 def calibrate(
@@ -46,29 +49,58 @@ def calibrate(
     sequence's context beside `context` are not timed (no round can pass them: the cost
     model takes larger sizes at the largest one's cost a token). The model's KV holds what
     it held before."""
-    base = len(model.tokens)
-    filler = 100  # any valid token: only the timing matters
-    warm = min(max(1, context), model.n_ctx - 1)  # leaving room for a pass beside it
-    if warm > 0:
-        model.decode([filler] * warm, all_logits=False)  # warm up, with context
-    start = len(model.tokens)
-    room = model.n_ctx - start
+    base, start = len(model.tokens), _warm(model, context)
     seconds: dict[int, float] = {}
     sizes = spread(max_batch)
     for batch in [*sizes, *(n for n in extra if n not in sizes)]:
-        if batch > room:
+        if batch > model.n_ctx - start:
             continue
         times = []
         for _ in range(repeats if batch <= max_batch else 1):
-            t0 = time.perf_counter()
-            model.decode([filler] * batch, all_logits=all_logits)
-            times.append(time.perf_counter() - t0)
-            model.truncate(start)
+            times.append(_time_pass(model, batch, start, all_logits))
             if times[-1] >= LONG_PASS:
                 break
         seconds[batch] = min(times)
     model.truncate(base)
     return CostModel(seconds)
+
+
+def median_costs(
+    model: Model, sizes: Iterable[int], repeats: int = 7, context: int = 8, seed: int = 0
+) -> CostModel:
+    """Each size's median pass time over `repeats` passes, the sizes taken in shuffled
+    turns, long ones too: a table for a replay (duo.bench.replay), which no pass corrects
+    later as a lead's is corrected. The fastest of three, which `calibrate` keeps for a
+    quick start, can be a fluke where llama.cpp's kernels are uneven by batch size: on an
+    AVX2-only CPU, 7 tokens of qwen-coder-1.5b once timed 269 ms at best against 352 at the
+    median of 8, and a replay on that table verified 6-token drafts a lead never would.
+    The model's KV holds what it held before."""
+    base, start = len(model.tokens), _warm(model, context)
+    order = [n for n in dict.fromkeys(sizes) if n <= model.n_ctx - start]
+    times: dict[int, list[float]] = {n: [] for n in order}
+    shuffle = random.Random(seed).shuffle
+    for _ in range(repeats):
+        shuffle(order)
+        for batch in order:
+            times[batch].append(_time_pass(model, batch, start, True))
+    model.truncate(base)
+    return CostModel({n: statistics.median(t) for n, t in times.items()})
+
+
+def _warm(model: Model, context: int) -> int:
+    """Fill `context` tokens (leaving room for a pass beside them); the KV's length."""
+    warm = min(max(1, context), model.n_ctx - 1)
+    if warm > 0:
+        model.decode([FILLER] * warm, all_logits=False)  # warm up, with context
+    return len(model.tokens)
+
+
+def _time_pass(model: Model, batch: int, start: int, all_logits: bool) -> float:
+    t0 = time.perf_counter()
+    model.decode([FILLER] * batch, all_logits=all_logits)
+    seconds = time.perf_counter() - t0
+    model.truncate(start)
+    return seconds
 
 
 def cached(

@@ -217,3 +217,44 @@ def test_costs_timed_on_another_cpu_are_timed_again(
     monkeypatch.setattr(calibrate, "this_cpu", lambda: calibrate.describe_cpu(ZEN2, 2, "x86_64"))
     cached(cast(Model, model), 3)
     assert model.passes > timed
+
+
+class BySize(Timed):
+    """A model whose passes of each size take that size's script, on a clock of its own."""
+
+    def __init__(self, path: Path, seconds: dict[int, list[float]]) -> None:
+        super().__init__(path, [0, "auto"])
+        self.clock = 0.0
+        self.scripts = {n: iter(s) for n, s in seconds.items()}
+        self.order: list[int] = []
+
+    def decode(self, tokens: Sequence[int], *, all_logits: bool = True) -> None:
+        super().decode(tokens, all_logits=all_logits)
+        if len(tokens) in self.scripts:
+            self.order.append(len(tokens))
+            self.clock += next(self.scripts[len(tokens)])
+
+
+def test_a_replay_s_table_takes_each_size_s_median_in_shuffled_turns(
+    model: Timed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fluke fast pass (7 tokens at 0.27 s among 0.35 s) must not set a replay's cost, and
+    long passes are timed as often as short ones."""
+    fake = BySize(
+        model.path,
+        {1: [0.06, 0.07, 0.06], 7: [0.27, 0.35, 0.36], 49: [1.9, 1.8, 2.5]},
+    )
+    monkeypatch.setattr(time, "perf_counter", lambda: fake.clock)
+    fake.tokens = [5] * 10
+    seconds = calibrate.median_costs(cast(Model, fake), [1, 7, 49], repeats=3, context=20).seconds
+    assert seconds == pytest.approx({1: 0.06, 7: 0.35, 49: 1.9})
+    assert sorted(fake.order) == [1] * 3 + [7] * 3 + [49] * 3
+    assert fake.order[:3] != [1, 7, 49] or fake.order[3:6] != [1, 7, 49]  # shuffled
+    assert fake.tokens == [5] * 10  # the KV as it was
+
+
+def test_a_replay_s_table_leaves_out_sizes_the_context_cannot_hold(model: Timed) -> None:
+    model.n_ctx = 64
+    seconds = calibrate.median_costs(cast(Model, model), [1, 8, 49], repeats=2, context=20)
+    assert sorted(seconds.seconds) == [1, 8]
+    assert model.tokens == []
