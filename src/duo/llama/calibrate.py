@@ -73,7 +73,8 @@ def median_costs(
     later as a lead's is corrected. The fastest of three, which `calibrate` keeps for a
     quick start, can be a fluke where llama.cpp's kernels are uneven by batch size: on an
     AVX2-only CPU, 7 tokens of qwen-coder-1.5b once timed 269 ms at best against 352 at the
-    median of 8, and a replay on that table verified 6-token drafts a lead never would.
+    median of 8, and a replay on that table verified 6-token drafts where a lead, which had
+    timed them slower, did not.
     The model's KV holds what it held before."""
     base, start = len(model.tokens), _warm(model, context)
     order = [n for n in dict.fromkeys(sizes) if n <= model.n_ctx - start]
