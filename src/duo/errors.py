@@ -4,6 +4,7 @@
     ├── UsageError             bad input: a flag, an argument, a request field
     │   ├── PromptTooLong      the prompt does not fit the context window
     │   └── RequestTooLarge    a request body over --max-body
+    ├── NotSupported           a request this model cannot serve (infill without FIM tokens)
     ├── AuthError              a missing or wrong API key
     ├── ModelError             a model file that is missing, corrupt or unsupported
     │   └── IncompatibleModels draft and main vocabularies differ
@@ -50,6 +51,10 @@ class RequestTooLarge(UsageError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, code="request_too_large")
+
+
+class NotSupported(DuoError):
+    """A request the served model cannot answer (llama-server's 501)."""
 
 
 class AuthError(DuoError):
@@ -101,6 +106,7 @@ STATUS: dict[type[DuoError], tuple[int, str]] = {
     DuoError: (500, "server_error"),
     UsageError: (400, "invalid_request_error"),
     RequestTooLarge: (413, "invalid_request_error"),
+    NotSupported: (501, "not_supported_error"),
     AuthError: (401, "authentication_error"),
 }
 

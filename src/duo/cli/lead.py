@@ -26,7 +26,7 @@ from duo.cli.args import (
 )
 from duo.cli.back import BACK_KEY_ENV
 from duo.cli.console import Console
-from duo.cli.values import bind_address, mebibytes, port, positive, stretch
+from duo.cli.values import bind_address, mebibytes, non_negative, port, positive, stretch
 from duo.errors import UsageError
 from duo.lead.engine.lead import LeadConfig
 from duo.lead.openai.reasoning import FORMATS
@@ -122,6 +122,22 @@ def add_lead_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "the main model and as much for an in-process drafter (-md); 0: none, -1: no limit)",
     )
     g.add_argument(
+        "--cache-reuse",
+        type=non_negative,
+        default=LeadConfig.cache_reuse,
+        metavar="N",
+        help="a prompt's runs of at least N tokens that a slot's cache holds at other "
+        "positions (an editor's moved chunks) have their KV shifted into place instead of "
+        "read again, as llama-server's --cache-reuse (llama.cpp's presets for editors use "
+        "256; default %(default)s: off)",
+    )
+    g.add_argument(
+        "--spm-infill",
+        action="store_true",
+        help="/infill lays its prompt out suffix first, then prefix (SPM), as llama-server's "
+        "--spm-infill; the default is prefix, suffix, middle",
+    )
+    g.add_argument(
         "--prompt-stretch",
         type=stretch,
         default=LeadConfig.prompt_stretch,
@@ -177,6 +193,8 @@ def cmd_lead(args: argparse.Namespace) -> int:
         parallel=args.parallel,
         prompt_stretch=args.prompt_stretch,
         cache_ram=args.cache_ram,
+        cache_reuse=args.cache_reuse,
+        spm_infill=args.spm_infill,
         alias=args.alias,
         reasoning_format=args.reasoning_format,
     )

@@ -20,6 +20,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from duo.core.chain import InfillVocab, run_chain
 from duo.core.logprobs import TokenLogprob, token_logprob
 from duo.errors import GenerationFailed, UsageError
 
@@ -63,6 +64,8 @@ class SamplingParams:
     seed: int | None = None  # None = a random seed
     logprobs: int | None = None  # record log-probabilities with this many alternatives
     grammar: str | None = None  # GBNF the output must follow (llama.cpp's grammar format)
+    # The samplers in a request's own order (duo.core.chain); None: the order above.
+    samplers: tuple[str, ...] | None = None
 
     def check(self) -> SamplingParams:
         if self.temperature < 0:
@@ -83,16 +86,21 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        """Temperature 0 in the default chain (a chain of its own runs as named)."""
+        return self.temperature == 0 and self.samplers is None
 
     def sampler(
-        self, constraint: Constraint | None = None, record: list[TokenLogprob] | None = None
+        self,
+        constraint: Constraint | None = None,
+        record: list[TokenLogprob] | None = None,
+        vocab: InfillVocab | None = None,
     ) -> Sampler:
         """A fresh sampler. With `record` (and `logprobs` set), each sampled token's entry
-        is appended to it, in sampling order; `constraint` is this generation's grammar."""
+        is appended to it, in sampling order; `constraint` is this generation's grammar;
+        `vocab`, what a chain's infill sampler reads."""
         if self.greedy:
             return Greedy(self, constraint, record)
-        return Dist(self, constraint, record)
+        return Dist(self, constraint, record, vocab)
 
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -104,7 +112,8 @@ def adjusted(logits: Logits, history: Sequence[int], p: SamplingParams) -> Logit
     divided (if > 0) or multiplied by repeat_penalty, minus count * frequency_penalty,
     minus presence_penalty. Returns `logits` itself when nothing applies."""
     penalties = p.repeat_penalty != 1.0 or p.frequency_penalty != 0 or p.presence_penalty != 0
-    penalise = penalties and p.repeat_last_n > 0 and len(history) > 0
+    # A chain of the request's own applies its penalties in their place (duo.core.chain).
+    penalise = penalties and p.repeat_last_n > 0 and len(history) > 0 and p.samplers is None
     if not p.logit_bias and not penalise:
         return logits
     n_vocab = logits.shape[0]
@@ -178,13 +187,22 @@ class Dist(_Chain):
         params: SamplingParams,
         constraint: Constraint | None = None,
         record: list[TokenLogprob] | None = None,
+        vocab: InfillVocab | None = None,
     ) -> None:
         super().__init__(params, constraint, record)
         self.rng = np.random.default_rng(params.seed)
+        self.vocab = vocab
 
-    def filtered(self, adjusted_logits: Logits) -> tuple[np.ndarray, np.ndarray]:
-        """top-k, top-p, min-p and temperature over logits already biased and penalised."""
+    def filtered(
+        self, adjusted_logits: Logits, history: Sequence[int] = ()
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """top-k, top-p, min-p and temperature over logits already biased and penalised;
+        or the request's own chain (duo.core.chain) over logits biased."""
         p = self.params
+        if p.samplers is not None:
+            ids, z = run_chain(adjusted_logits, history, p, self.vocab)
+            probs = np.exp(z - z.max())
+            return ids, probs / probs.sum()
         x = adjusted_logits.astype(np.float64)
         k = p.top_k if 0 < p.top_k < x.shape[0] else x.shape[0]
         ids = np.argpartition(-x, k - 1)[:k] if k < x.shape[0] else np.arange(x.shape[0])
@@ -204,7 +222,7 @@ class Dist(_Chain):
 
     def sample(self, logits: Logits, history: Sequence[int]) -> int:
         x = adjusted(logits, history, self.params)
-        ids, probs = self.filtered(x)
+        ids, probs = self.filtered(x, history)
         # Slices are laid out by token ID, not by probability: where batched and single-token
         # logits differ in the last digits, near-equal logits cannot swap places and move
         # every boundary after them (with --deterministic the logits are identical anyway).
@@ -215,7 +233,7 @@ class Dist(_Chain):
             # fell inside the rejected token's slice is itself uniform in [0, 1). Without
             # truncation (top-k/p, min-p) the two picks together sample the distribution
             # renormalised over the allowed tokens exactly.
-            ids, probs = self.filtered(self._masked(x))
+            ids, probs = self.filtered(self._masked(x), history)
             token, _ = self.pick_within(ids, probs, within)
         return self._emit(logits, token)
 

@@ -15,6 +15,7 @@ class StopMatcher:
         self.stops = [s for s in stops if s]
         self._held = ""
         self.stopped = False
+        self.word = ""  # the stop string found
 
     def feed(self, text: str) -> str:
         """Add generated text; return what can be emitted now (check .stopped after)."""
@@ -24,8 +25,11 @@ class StopMatcher:
         if not self.stops:
             self._held = ""
             return buf
-        cut = min((i for i in (buf.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
+        # The earliest, and of those the first listed (llama-server's stopping_word).
+        found = [(i, k) for k, i in enumerate(buf.find(s) for s in self.stops) if i >= 0]
+        if found:
+            cut, k = min(found)
+            self.word = self.stops[k]
             self.stopped = True
             self._held = ""
             return buf[:cut]

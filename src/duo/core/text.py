@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from duo.core.engine import Round
+from duo.core.limits import Limits
 from duo.core.stops import StopMatcher
 
 GREEN = "\x1b[32m"
@@ -36,15 +37,32 @@ class Chunk:
 
 
 class TextStream:
-    def __init__(self, piece: Callable[[int], bytes], stops: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        piece: Callable[[int], bytes],
+        stops: Sequence[str] = (),
+        limits: Limits | None = None,
+    ) -> None:
+        """`limits`: an editor's limits (duo.core.limits), applied after the stops."""
         self.piece = piece
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._stops = StopMatcher(stops)
+        self._limits = limits if limits is not None and limits.active else None
 
     @property
     def stopped(self) -> bool:
-        """A stop string was reached: nothing more is emitted; stop generating."""
-        return self._stops.stopped
+        """A stop string or a limit was reached: nothing more is emitted; stop generating."""
+        return self._stops.stopped or self.limited
+
+    @property
+    def limited(self) -> bool:
+        """A limit (not a stop string) ended the text."""
+        return self._limits is not None and self._limits.stopped
+
+    @property
+    def word(self) -> str:
+        """The stop string that ended the text ("" if none did)."""
+        return self._stops.word
 
     def feed(self, r: Round) -> Chunk:
         drafted = self._text(r.tokens[: r.accepted])
@@ -55,7 +73,13 @@ class TextStream:
         """The generation is over: the text held back (an incomplete character, or what
         might have begun a stop string)."""
         tail = self._stops.feed(self._decoder.decode(b"", final=True))
-        return tail + self._stops.flush()
+        return self._limited(tail + self._stops.flush())
 
     def _text(self, tokens: Sequence[int]) -> str:
-        return self._stops.feed(self._decoder.decode(b"".join(self.piece(t) for t in tokens)))
+        if self.stopped:
+            return ""
+        text = self._decoder.decode(b"".join(self.piece(t) for t in tokens))
+        return self._limited(self._stops.feed(text))
+
+    def _limited(self, text: str) -> str:
+        return text if self._limits is None or not text else self._limits.feed(text)

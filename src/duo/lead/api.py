@@ -4,6 +4,8 @@ described by one OpenAPI document (duo.lead.openapi).
 
     POST /v1/chat/completions, /v1/completions; GET /v1/models
                                 the OpenAI endpoints (duo.lead.openai.completions)
+    POST /completion, /completions, /infill
+                                llama.cpp's native endpoints (duo.lead.native.routes)
     POST /tokenize, /detokenize, /apply-template; GET /props
                                 llama-server's extension endpoints (duo.lead.openai.extensions)
     POST /prefill, /verify; GET /stats
@@ -37,6 +39,7 @@ from duo.errors import DuoError
 from duo.lead.engine.lead import Lead, Status
 from duo.lead.engine.metrics import Metrics
 from duo.lead.format import duo_error_response, error_response
+from duo.lead.native.routes import Native
 from duo.lead.openai.completions import Completions
 from duo.lead.openai.extensions import Extensions
 from duo.lead.openai.prompts import Prompts
@@ -56,6 +59,7 @@ class Api:
         authorize: Callable[[str | None], bool],
         max_body: int,
         reasoning_format: Format = "auto",
+        spm_infill: bool = False,
     ) -> None:
         self.lead = lead
         self.info = lead.info
@@ -66,6 +70,7 @@ class Api:
         self.prompts = Prompts(lead)
         self.completions = Completions(lead, self.prompts, reasoning_format)
         self.extensions = Extensions(lead, self.prompts)
+        self.native = Native(lead, self.prompts, spm_infill)
         self.verifier = Verifier(lead, self.prompts)
         self._operations: list[Operation] = []  # what the app serves, for its document
         self._document: dict[str, Any] | None = None
@@ -115,6 +120,7 @@ class Api:
                 Answer(description="text format 0.0.4", media="text/plain"),
             ),
             *self.completions.operations(),
+            *self.native.operations(),
             *self.extensions.operations(),
             Operation(
                 "GET",

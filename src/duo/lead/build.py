@@ -45,6 +45,7 @@ def build_lead(
     )
     try:
         main = session.main
+        main.cache_reuse = config.cache_reuse
         keys = as_keys(config.api_key)
         mail = Mailboxes()  # the engine's messages, to clients and backs alike
         drafters = DrafterEndpoint(
@@ -82,6 +83,8 @@ def build_lead(
     metrics.listeners.append(feed.finished)
     web = Web(feed)
     reasoning = cast(Format, config.reasoning_format)
-    api = Api(lead, metrics, drafters, keys.allows_api, config.max_body, reasoning)
+    api = Api(
+        lead, metrics, drafters, keys.allows_api, config.max_body, reasoning, config.spm_infill
+    )
     app = api.app(web.operations(), cors_origins=config.cors_origins)
     return LeadService(lead, app, feed)

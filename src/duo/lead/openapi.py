@@ -30,6 +30,7 @@ ERRORS = {
     "404": "no such file",
     "413": "a request body over --max-body",
     "500": "an error on the lead's side",
+    "501": "the served model cannot do this (infill without fill-in-the-middle tokens)",
     "503": "the main model is unavailable (with --rpc, while its worker restarts)",
 }
 METHOD_ERRORS = {  # an operation's error answers, unless it says otherwise

@@ -28,6 +28,7 @@ from typing import Any, cast
 import numpy as np
 
 from duo.core.draft import common_prefix
+from duo.core.reuse import chunk_moves
 from duo.core.sampling import Logits
 from duo.errors import ModelError, PromptTooLong
 from duo.llama import hugepages
@@ -193,6 +194,13 @@ class Model:
         # Sequences whose KV cells were saved to host memory and freed (park): their tokens
         # stay in self.seqs, their cells come back when the sequence is next used.
         self._parked: dict[int, ctypes.Array[ctypes.c_uint8]] = {}
+        # --cache-reuse: moved runs of at least this many cached tokens are shifted into
+        # place (reuse_prefix), where llama.cpp can shift this model's keys; 0: never.
+        self.cache_reuse = 0
+        self._can_shift = bool(lib.llama_memory_can_shift(self._mem)) and not deterministic
+        # Per sequence, the cells below this position may be shared with another sequence
+        # (fork): a cell has one position for all its sequences, so those are never shifted.
+        self._shared = [0] * (n_seq + forks)
 
     def _load(self, devices: ctypes.Array[ctypes.c_void_p] | None, mmap: bool, split: Split) -> Any:
         """The llama model in self.path, its layers offloaded as asked; refused where it
@@ -399,12 +407,31 @@ class Model:
         if not self._lib.llama_memory_seq_rm(self._mem, seq, n, -1):
             raise ModelError("llama.cpp refused to remove part of the KV cache")
         del tokens[n:]
+        self._shared[seq] = min(self._shared[seq], n)
 
     def reuse_prefix(self, tokens: Sequence[int], seq: int = 0) -> int:
-        """Keep the longest KV prefix of sequence `seq` shared with `tokens`; return its
-        length."""
-        self.truncate(common_prefix(self.seqs[seq], tokens), seq)
+        """Keep the longest KV prefix of sequence `seq` shared with `tokens`, and with
+        cache_reuse the moved runs of its cache that `tokens` holds again, shifted into
+        place after it (duo.core.reuse); return how many of `tokens` the cache holds."""
+        self._unpark(seq)
+        cached = self.seqs[seq]
+        n = common_prefix(cached, tokens)
+        if self.cache_reuse > 0 and self._can_shift:
+            for move in chunk_moves(cached, tokens, n, self.cache_reuse, self._shared[seq]):
+                self._shift(seq, move.src, move.dst, move.n)
+                n = move.dst + move.n
+        self.truncate(n, seq)
         return len(self.seqs[seq])  # none, if a parked sequence found no room again
+
+    def _shift(self, seq: int, src: int, dst: int, n: int) -> None:
+        """Sequence `seq`'s cells [src, src + n) moved to [dst, dst + n), dst <= src,
+        the cells between dropped (llama-server's cache reuse)."""
+        lib, mem = self._lib, self._mem
+        lib.llama_memory_seq_rm(mem, seq, dst, src)
+        lib.llama_memory_seq_add(mem, seq, src, src + n, dst - src)
+        tokens = self.seqs[seq]
+        tokens[dst : dst + n] = tokens[src : src + n]
+        # The cells past dst + n hold stale tokens' keys until reuse_prefix truncates.
 
     def fork(self, src: int, dst: int, n: int) -> None:
         """Sequence `dst` becomes the first n tokens of sequence `src`. In one buffer their
@@ -418,6 +445,8 @@ class Model:
             return
         if n and self.shares_cells:
             self._lib.llama_memory_seq_cp(self._mem, src, dst, 0, n)
+            self._shared[src] = max(self._shared[src], n)
+            self._shared[dst] = n
         elif n:
             self._lib.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
             self._lib.llama_memory_seq_rm(self._mem, dst, n, -1)
@@ -467,6 +496,7 @@ class Model:
         in the buffer, dst is left empty: its tokens are read again."""
         saved = self._parked[src]
         tokens = self.seqs[src][:]
+        self._shared[dst] = 0  # restored cells are its own
         if self._lib.llama_state_seq_set_data(self._ctx, saved, len(saved), dst) != len(saved):
             log.warning("no room to restore a parked sequence of %d tokens", len(tokens))
             self._lib.llama_memory_seq_rm(self._mem, dst, -1, -1)

@@ -12,6 +12,7 @@ import ctypes
 import functools
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from duo.errors import UsageError
@@ -23,6 +24,19 @@ if TYPE_CHECKING:
 # the whitespace next to it (llama.h: enum llama_vocab_type, enum llama_token_attr).
 _VOCAB_SPM, _VOCAB_BPE = 1, 2
 _ATTR_STRIP = (1 << 7) | (1 << 8)  # LLAMA_TOKEN_ATTR_LSTRIP | LLAMA_TOKEN_ATTR_RSTRIP
+
+
+@dataclass(frozen=True)
+class FimTokens:
+    """A vocabulary's fill-in-the-middle tokens (None: it has none of that kind), and the
+    BOS token a prompt starts with (None: the model adds none)."""
+
+    prefix: int | None
+    suffix: int | None
+    middle: int | None
+    repo: int | None
+    file_sep: int | None
+    bos: int | None
 
 
 class Vocabulary:
@@ -81,6 +95,28 @@ class Vocabulary:
         if eog is None:
             eog = self._eog[token] = bool(self._lib.llama_vocab_is_eog(self.handle, token))
         return eog
+
+    def end_token(self) -> int:
+        """The token that ends a text: EOT, else EOS (llama.cpp's infill sampler's)."""
+        eot: int = self._lib.llama_vocab_eot(self.handle)
+        return eot if eot >= 0 else int(self._lib.llama_vocab_eos(self.handle))
+
+    def fim_tokens(self) -> FimTokens:
+        """The fill-in-the-middle tokens the vocabulary has (None for each it lacks)."""
+        lib, v = self._lib, self.handle
+
+        def token(fn: str) -> int | None:
+            t: int = getattr(lib, fn)(v)
+            return t if t >= 0 else None  # LLAMA_TOKEN_NULL is -1
+
+        return FimTokens(
+            prefix=token("llama_vocab_fim_pre"),
+            suffix=token("llama_vocab_fim_suf"),
+            middle=token("llama_vocab_fim_mid"),
+            repo=token("llama_vocab_fim_rep"),
+            file_sep=token("llama_vocab_fim_sep"),
+            bos=token("llama_vocab_bos") if lib.llama_vocab_get_add_bos(v) else None,
+        )
 
     def token_text(self, token: int) -> str:
         raw: bytes = self._lib.llama_vocab_get_text(self.handle, token)

@@ -165,7 +165,7 @@ class Session:
             max_tokens=max_tokens,
             drafts=self.drafts(slot),
             draft_max=self.spec.round_max,
-            sampler=sampling.sampler(grammar, record),
+            sampler=sampling.sampler(grammar, record, self.main.vocab),
             policy=self.policy(slot),
             on_end=grammar.close if grammar else None,
         )

@@ -31,6 +31,7 @@ LEAD_LAYERS = (
     ("tools", "format"),  # tool calls and their grammars; error bodies and SSE
     ("routes",),  # the route table, and the Starlette routes made from it
     ("openapi", "openai", "verifier", "web"),  # the document; the API's parts
+    ("native",),  # llama.cpp's native routes, on the OpenAI part's requests and delivery
     ("api",),  # the app: the parts' operations in one table
     ("build",),  # the composition root
 )

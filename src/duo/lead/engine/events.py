@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from duo.core.engine import Finish, Round
+from duo.core.limits import Limits
 from duo.core.logprobs import TokenLogprob
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
@@ -28,6 +29,9 @@ class Job:
     stops: Sequence[str] = ()
     sampling: SamplingParams = GREEDY
     cancelled: threading.Event = field(default_factory=threading.Event)
+    limits: Limits | None = None  # an editor's indentation and time limits
+    slot: int | None = None  # the slot asked for (llama-server's id_slot), when it is free
+    cache_prompt: bool = True  # False: the prompt is read whole, none of a slot's KV kept
 
 
 @dataclass(frozen=True)
@@ -38,12 +42,16 @@ class Delta:
     source: str | None = None
     tokens: int = 0  # tokens that spelled it (0 for text held back by a stop string)
     logprobs: tuple[TokenLogprob, ...] = ()  # the tokens this text completes (if asked for)
+    ids: tuple[int, ...] = ()  # those tokens
 
 
 @dataclass(frozen=True)
 class Done:
-    finish_reason: Finish
+    finish_reason: Finish  # "length" too where a Limits cut the text
     stats: Stats
+    word: str = ""  # the stop string that ended the text, if one did
+    slot: int = -1  # the slot it ran in
+    cached: int = 0  # the tokens that slot's KV cache holds now
 
 
 @dataclass(frozen=True)
@@ -59,8 +67,8 @@ def deltas(chunk: Chunk, r: Round) -> list[Delta]:
     (with their source), then what the main model's own token spelled."""
     drafted = min(r.accepted, len(r.tokens))  # an end-of-generation token is not emitted
     parts = [
-        Delta(chunk.drafted, r.source, drafted),
-        Delta(chunk.own, None, len(r.tokens) - drafted),
+        Delta(chunk.drafted, r.source, drafted, ids=tuple(r.tokens[:drafted])),
+        Delta(chunk.own, None, len(r.tokens) - drafted, ids=tuple(r.tokens[drafted:])),
     ]
     return [d for d in parts if d.text or d.tokens]
 

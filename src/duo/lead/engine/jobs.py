@@ -288,18 +288,25 @@ class Engine:
 
     def _start(self, ticket: Ticket) -> None:
         job = ticket.job
-        slot = self._take_slot(job.prompt)
+        slot = self._take_slot(job.prompt, job.slot, job.cache_prompt)
+        if not job.cache_prompt:  # read whole: nothing of the slot's cells is kept
+            self.session.main.truncate(0, seq=slot)
         record: list[TokenLogprob] | None = [] if job.sampling.logprobs is not None else None
-        try:
+        try:  # a warm-up (max_tokens 0) reads its prompt and ends: a generation of one
             gen = self.session.generation(
-                job.prompt, job.max_tokens, job.sampling, slot, record=record
+                job.prompt, max(job.max_tokens, 1), job.sampling, slot, record=record
             )
         except Exception as e:
             self._fail(ticket, e)
             return
         piece = self.session.main.vocab.piece
         running = Running(
-            ticket, slot, gen, TextStream(piece, job.stops), record, LogprobQueue(piece)
+            ticket,
+            slot,
+            gen,
+            TextStream(piece, job.stops, job.limits),
+            record,
+            LogprobQueue(piece),
         )
         self._running[slot] = running
         running.since = time.perf_counter()
@@ -313,13 +320,18 @@ class Engine:
             self._prefilled(running)
 
     def _prefilled(self, running: Running) -> None:
+        """Its prompt is read: a warm-up ends here (llama-server's n_predict 0, which
+        editors send to fill a slot's cache ahead of the requests that need it)."""
         prompt = running.gen.prompt
         seconds = time.perf_counter() - running.since
         running.stats.add_prefill(Prefill(len(prompt), running.reused, seconds))
+        if running.ticket.job.max_tokens == 0:
+            self._end(running, "length")
 
-    def _take_slot(self, prompt: list[int]) -> int:
-        """The free slot whose cached tokens share the longest prefix with the prompt (as
-        llama-server picks); of slots that share as much, the one taken longest ago (one
+    def _take_slot(self, prompt: list[int], asked: int | None = None, share: bool = True) -> int:
+        """The slot `asked` for, if it is free; else the free slot whose cached tokens
+        share the longest prefix with the prompt (as llama-server picks); of slots that
+        share as much, the one taken longest ago (one
         never taken first, as llama-server's LRU), so that a prompt sharing nothing with
         the cached ones (a raw prompt among chats) does not take the slot that holds what
         the chats share. If another slot, running or not, holds a longer prefix, the
@@ -332,11 +344,13 @@ class Engine:
         shared = [common_prefix(main.seqs[s], prompt) for s in range(self.slots)]
         free = [s for s in range(self.slots) if s not in self._running and s not in self._stepping]
         slot = max(free, key=lambda s: (shared[s], -self._taken[s]))
+        if asked in free:
+            slot = asked
         self._takes += 1
         self._taken[slot] = self._takes
         best = max(range(self.slots), key=shared.__getitem__)
         n = min(shared[best], len(prompt) - 1)  # the last token is always fed again
-        if not main.deterministic and n > shared[slot]:
+        if share and not main.deterministic and n > shared[slot]:
             main.fork(best, slot, n)
         for idle in free:  # their cells would slow every pass (duo.llama.backend.Model.park)
             if idle != slot:
@@ -355,8 +369,13 @@ class Engine:
         reading = [r for r in everyone if r.prompt]
         whole = self.session.main.n_batch - self._decoding() if to_the_end else 0
         feeding = prompt_pieces(reading, self._prompt_room(stretch, to_the_end), whole)
-        # A request whose prompt ends in this pass runs its first round in it too.
-        ending = {r.slot for r, piece in feeding if len(piece) == len(r.prompt)}
+        # A request whose prompt ends in this pass runs its first round in it too (but a
+        # warm-up, which has none).
+        ending = {
+            r.slot
+            for r, piece in feeding
+            if len(piece) == len(r.prompt) and r.ticket.job.max_tokens > 0
+        }
         order = [r for r in everyone if not r.prompt or r.slot in ending]
         try:
             pieces = [(r.slot, piece) for r, piece in feeding]
@@ -404,8 +423,8 @@ class Engine:
             if record is not None:
                 delta = replace(delta, logprobs=running.entries.emitted(delta.text))
             running.ticket.emit(delta)
-        if running.text.stopped:
-            self._end(running, "stop")
+        if running.text.stopped:  # a limit cut the text: told as a budget would be
+            self._end(running, "length" if running.text.limited else "stop")
         elif r.finish:
             self._end(running, r.finish)
 
@@ -452,7 +471,8 @@ class Engine:
             f" (by source: {stats.sources_text()})" if stats.by_source else "",
         )
         if outcome != "cancelled":  # else nobody waits for it any more
-            running.ticket.emit(Done(outcome, stats))
+            cached = len(self.session.main.seqs[running.slot])
+            running.ticket.emit(Done(outcome, stats, running.text.word, running.slot, cached))
 
     def _fail(self, ticket: Ticket, e: Exception) -> None:
         if self._failed:

@@ -25,6 +25,7 @@ from duo.lead.engine.jobs import PIECE_STRETCH, Engine
 from duo.lead.engine.metrics import Metrics
 from duo.llama.backend import CACHE_BYTES
 from duo.llama.grammar import Grammar
+from duo.llama.vocab import FimTokens
 from duo.mailbox import Mailboxes
 from duo.session.config import ModelConfig, SpecConfig
 from duo.session.session import Session
@@ -49,6 +50,11 @@ class LeadConfig:
     prompt_stretch: float = PIECE_STRETCH
     # --cache-ram: MiB of host memory for idle slots' KV cells (0: none, -1: no limit)
     cache_ram: int = CACHE_BYTES // 2**20
+    # --cache-reuse: a prompt's moved runs of at least this many cached tokens have their KV
+    # shifted into place instead of read again (llama-server's; 0: off)
+    cache_reuse: int = 0
+    # --spm-infill: /infill lays its prompt out suffix first (llama-server's)
+    spm_infill: bool = False
     # --cors-origins: web pages of these origins ("*": any) may call the API from a
     # browser; none by default
     cors_origins: tuple[str, ...] = ()
@@ -62,6 +68,7 @@ class ModelInfo:
     name: str
     n_ctx: int
     n_vocab: int
+    n_batch: int = 512  # most tokens in one pass (-b)
 
 
 @dataclass(frozen=True)
@@ -126,7 +133,7 @@ class Lead:
         self.backs = backs
         self.metrics = metrics
         main = session.main
-        self.info = ModelInfo(alias or main.path.stem, main.n_ctx, main.n_vocab)
+        self.info = ModelInfo(alias or main.path.stem, main.n_ctx, main.n_vocab, main.n_batch)
         self.engine = Engine(
             session,
             show=show,
@@ -166,6 +173,10 @@ class Lead:
     def special_piece(self, token: int) -> bytes:
         """The same, with a special token shown by its text ("<|im_end|>")."""
         return self.session.main.vocab.special_piece(token)
+
+    def fim_tokens(self) -> FimTokens:
+        """The main model's fill-in-the-middle tokens (/infill)."""
+        return self.session.main.vocab.fim_tokens()
 
     def check_grammar(self, gbnf: str) -> None:
         """Raise UsageError if llama.cpp cannot parse the grammar (safe on any thread: it

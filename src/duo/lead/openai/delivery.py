@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
@@ -30,7 +31,7 @@ from duo.lead.openai.requests import Output
 from duo.lead.protocol.openai import timings, usage
 
 
-async def _disconnected(request: Request) -> None:
+async def disconnected(request: Request) -> None:
     """Returns when the client goes away (call only once the body has been read)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
@@ -46,30 +47,37 @@ async def respond(
 ) -> Response:
     if output.stream:
         return _stream(lead, jobs, meta, replies, output.include_usage)
-    results = await _collect(lead, jobs, request)
+    results = await collect(lead, jobs, request)
     if results is None:
         return Response(status_code=499)  # nobody is there to read it
-    total = combined([done.stats for _, done, _ in results])
+    total = combined([c.done.stats for c in results])
     choices = [
-        r.whole(text, done.finish_reason, entries)
-        for r, (text, done, entries) in zip(replies, results, strict=True)
+        r.whole(c.text, c.done.finish_reason, c.entries)
+        for r, c in zip(replies, results, strict=True)
     ]
     body = {**meta, "choices": choices, "usage": usage(total), "timings": timings(total)}
     return JSONResponse(body)
 
 
-async def _collect(
-    lead: Lead, jobs: list[Job], request: Request
-) -> list[tuple[str, Done, list[TokenLogprob]]] | None:
-    """Each choice's whole text, Done event and logprob entries; None if the client
-    went away first.
+@dataclass
+class Collected:
+    """One job's whole output: its text, tokens, logprob entries and end."""
+
+    done: Done
+    text: str = ""
+    ids: list[int] = field(default_factory=list)
+    entries: list[TokenLogprob] = field(default_factory=list)
+
+
+async def collect(lead: Lead, jobs: list[Job], request: Request) -> list[Collected] | None:
+    """Each job's whole output, in order; None if the client went away first.
 
     A client that goes away cancels its jobs, queued or running, as a stream's does:
     cancelling the task that reads Lead.events leaves the queue, or sets job.cancelled
     and waits for the engine to stop at the end of its round.
     """
     collecting = asyncio.ensure_future(_events(lead, jobs))
-    watching = asyncio.ensure_future(_disconnected(request))
+    watching = asyncio.ensure_future(disconnected(request))
     try:
         await asyncio.wait((collecting, watching), return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -81,14 +89,16 @@ async def _collect(
     return collecting.result()
 
 
-async def _events(lead: Lead, jobs: list[Job]) -> list[tuple[str, Done, list[TokenLogprob]]]:
+async def _events(lead: Lead, jobs: list[Job]) -> list[Collected]:
     parts: list[list[str]] = [[] for _ in jobs]
+    ids: list[list[int]] = [[] for _ in jobs]
     entries: list[list[TokenLogprob]] = [[] for _ in jobs]
     done: dict[int, Done] = {}
     async with aclosing(merged_events(lead, jobs)) as events:
         async for index, event in events:
             if isinstance(event, Delta):
                 parts[index].append(event.text)
+                ids[index].extend(event.ids)
                 entries[index].extend(event.logprobs)
             elif isinstance(event, Done):
                 done[index] = event
@@ -96,7 +106,7 @@ async def _events(lead: Lead, jobs: list[Job]) -> list[tuple[str, Done, list[Tok
                 raise GenerationFailed(event.message)
     if len(done) != len(jobs):
         raise GenerationFailed("generation ended without a result")
-    return [("".join(parts[i]), done[i], entries[i]) for i in range(len(jobs))]
+    return [Collected(done[i], "".join(parts[i]), ids[i], entries[i]) for i in range(len(jobs))]
 
 
 def _stream(

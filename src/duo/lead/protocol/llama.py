@@ -2,6 +2,7 @@
 typed dicts, as duo.lead.protocol.openai's.
 
     Tokens, Detokenized, AppliedTemplate   /tokenize, /detokenize, /apply-template
+    NativeResult, NativeChunk              /completion and /infill: an answer, a stream's event
     PropsBody                              /props: the model, its settings, duo's speculation
     SlotState                              /slots: one slot
     Health                                 /health: whether the lead is up, and how busy
@@ -12,6 +13,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, TypedDict
 
 from msgspec import Meta
+
+from duo.lead.protocol.openai import Timings
 
 
 class TokenPiece(TypedDict):
@@ -113,3 +116,63 @@ class Health(TypedDict):
     slots_busy: int
     queued: int  # requests waiting for a slot
     time: float
+
+
+class TopProbability(TypedDict):
+    id: int
+    token: str
+    bytes: list[int]
+    logprob: float
+
+
+class TokenProbability(TypedDict):
+    """completion_probabilities: one generated token (llama-server's, before sampling)."""
+
+    id: int
+    token: str
+    bytes: list[int]
+    logprob: float
+    top_logprobs: list[TopProbability]
+
+
+class NativeChunk(TypedDict, total=False):
+    """A streamed event of /completion or /infill: a piece of one completion's text."""
+
+    index: int
+    content: str
+    tokens: list[int]
+    stop: bool
+    id_slot: Annotated[int, Meta(description="-1 (llama-server says the slot at the end)")]
+    tokens_predicted: int
+    tokens_evaluated: int
+    completion_probabilities: list[TokenProbability]
+
+
+class NativeResult(TypedDict, total=False):
+    """One completion of /completion or /infill, whole (an array of them for several
+    prompts or n_cmpl; only the response_fields asked for, if any, keyed by their paths).
+    Streamed, the last event is this with stop: true, its text already sent."""
+
+    index: int
+    content: str
+    tokens: Annotated[list[int], Meta(description="the generated tokens")]
+    id_slot: int
+    stop: bool
+    model: str
+    tokens_predicted: int
+    tokens_evaluated: Annotated[int, Meta(description="the prompt's tokens")]
+    generation_settings: dict[str, Any]
+    prompt: Annotated[str, Meta(description="the prompt's text, special tokens shown")]
+    has_new_line: bool
+    truncated: Annotated[bool, Meta(description="the context filled up, or the prompt was cut")]
+    stop_type: Annotated[
+        Literal["none", "eos", "limit", "word"],
+        Meta(
+            description="eos: the model ended; limit: n_predict, the context, n_indent or "
+            "t_max_predict_ms; word: a stop string"
+        ),
+    ]
+    stopping_word: str
+    tokens_cached: Annotated[int, Meta(description="tokens in the slot's KV cache after it")]
+    timings: Timings
+    completion_probabilities: list[TokenProbability]

@@ -60,8 +60,11 @@ class Timings(TypedDict):
     prompt_n: Annotated[int, Meta(description="prompt tokens evaluated (as llama-server)")]
     cache_n: Annotated[int, Meta(description="prompt tokens whose KV was kept from before")]
     prompt_ms: float
+    prompt_per_token_ms: float
+    prompt_per_second: float
     predicted_n: int
     predicted_ms: float
+    predicted_per_token_ms: float
     predicted_per_second: float
     main_decode_ms: float
     overhead_ms_per_round: float
@@ -250,12 +253,16 @@ def usage(s: Stats) -> Usage:
 
 def timings(s: Stats) -> Timings:
     """llama.cpp server's `timings`, plus the speculation figures."""
+    evaluated = s.prompt_tokens - s.cached_tokens
     return {
-        "prompt_n": s.prompt_tokens - s.cached_tokens,
+        "prompt_n": evaluated,
         "cache_n": s.cached_tokens,
         "prompt_ms": 1000 * s.prefill_seconds,
+        "prompt_per_token_ms": _per(1000 * s.prefill_seconds, evaluated),
+        "prompt_per_second": _per(evaluated, s.prefill_seconds),
         "predicted_n": s.tokens,
         "predicted_ms": 1000 * s.decode_seconds,
+        "predicted_per_token_ms": _per(1000 * s.decode_seconds, s.tokens),
         "predicted_per_second": s.tokens_per_second,
         "main_decode_ms": 1000 * s.llama_seconds,
         "overhead_ms_per_round": s.overhead_ms_per_round,
@@ -277,3 +284,8 @@ def timings(s: Stats) -> Timings:
             for name, x in s.by_source.items()
         },
     }
+
+
+def _per(x: float, y: float) -> float:
+    """x / y, 0 where y is (llama-server's would be NaN, which JSON cannot carry)."""
+    return x / y if y else 0.0
