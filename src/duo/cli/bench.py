@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
 
+from duo.bench.harness import fim
+from duo.bench.harness.fim import SUITES as FIM_SUITES
+from duo.bench.harness.fim import InfillRequest
 from duo.bench.harness.modes import MODES as BENCH_MODES
 from duo.bench.harness.modes import PEER_MODES
 from duo.bench.harness.runners import Prompt
@@ -67,11 +71,14 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     g.add_argument("--prompts", help="a JSON-lines prompt file of your own")
     g.add_argument(
         "--suite",
-        choices=("chat", "grounded", "all", *WORKLOADS),
+        choices=("chat", "grounded", "all", *WORKLOADS, *FIM_SUITES),
         default="chat",
         help="bundled prompts: chat (12 everyday prompts), grounded (18 prompts whose "
         "answers reuse the prompt), all (default %(default)s); with --clients, sessions "
-        "of dependent requests too: agent, multiturn, code-edit (see duo.bench.harness.workloads)",
+        "of dependent requests too: agent, multiturn, code-edit (see duo.bench.harness.workloads); "
+        "and an editor's fill-in-the-middle requests to /infill, from the standard library: "
+        "fim, and fim-holdout for a final measurement (duo.bench.harness.fim); llama-server "
+        "peers then run with llama.cpp's FIM preset flags (-b 1024 -ub 1024 --cache-reuse 256)",
     )
     g.add_argument("--repeat", type=positive, default=3, help="repeats of the suite (median)")
     g.add_argument("--draft", type=positive, default=8, metavar="K", help="draft tokens per round")
@@ -196,9 +203,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.prompts and args.suite != "chat":
         raise UsageError("give either --prompts FILE or --suite, not both")
-    if args.suite in WORKLOADS and not args.clients:
-        raise UsageError(f"--suite {args.suite} is sessions of requests to a server: add --clients")
-    prompts = [] if args.suite in WORKLOADS else bench.load_prompts(args.prompts, args.suite)
+    infills = _infills(args)
+    if (args.suite in WORKLOADS or infills) and not args.clients:
+        raise UsageError(f"--suite {args.suite} is requests to a server: add --clients")
+    listed = args.suite in WORKLOADS or infills
+    prompts = [] if listed else bench.load_prompts(args.prompts, args.suite)
     if args.n_predict is None:
         args.n_predict = ANSWER_TOKENS.get(args.suite, 128)
     if args.repeat > 1 and len(prompts) == 1:
@@ -229,7 +238,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.clients:
         if args.rpc or args.rpcd:
             raise UsageError("--clients does not take rpc-servers: measure the modes instead")
-        return _bench_clients(args, models, spec, prompts)
+        return _bench_clients(args, models, spec, infills or prompts)
     modes = list(args.modes)
     if args.modes == list(BENCH_MODES) and (
         args.llama_cpp_bin or shutil.which("llama-speculative-simple")
@@ -301,8 +310,30 @@ def _far_side(args: argparse.Namespace, stack: contextlib.ExitStack) -> FarHost 
         raise UsageError(f"--link netns: {e}") from None
 
 
+def _infills(args: argparse.Namespace) -> list[InfillRequest]:
+    """The fill-in-the-middle requests of --suite fim / fim-holdout, or of a --prompts file
+    of them (JSON lines with input_prefix and input_suffix); none otherwise."""
+    if args.suite in FIM_SUITES:
+        return fim.requests(args.suite)
+    if args.prompts is None:
+        return []
+    try:
+        lines = Path(args.prompts).read_text().splitlines()
+        first = next((line for line in lines if line.strip()), "")
+        if "input_prefix" not in json.loads(first or "{}"):
+            return []
+        return fim.load(args.prompts)
+    except OSError as e:
+        raise UsageError(f"cannot read {args.prompts}: {e.strerror}") from None
+    except ValueError as e:
+        raise UsageError(f"{args.prompts}: {e}") from None
+
+
 def _bench_clients(
-    args: argparse.Namespace, models: ModelConfig, spec: SpecConfig, prompts: list[Prompt]
+    args: argparse.Namespace,
+    models: ModelConfig,
+    spec: SpecConfig,
+    prompts: list[Prompt] | list[InfillRequest],
 ) -> int:
     from duo.bench.harness import clients
 
@@ -310,6 +341,7 @@ def _bench_clients(
         s for s in SERVERS if not s.startswith("llama-server") or args.llama_cpp_bin
     ]
     work = sessions(args.suite) if args.suite in WORKLOADS else prompts
+    fim_peers = bool(prompts) and isinstance(prompts[0], dict)
     report = clients.run(
         models,
         spec,
@@ -325,6 +357,7 @@ def _bench_clients(
         peer_drafts=args.peer_draft,
         peer_keys=args.peer_key,
         interleave=_interleave(args.order, models),
+        fim=fim_peers,
     )
     print(file=sys.stderr)
     print(report.table())

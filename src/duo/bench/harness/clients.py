@@ -46,6 +46,7 @@ from typing import Any
 
 import httpx
 
+from duo.bench.harness.fim import InfillRequest
 from duo.bench.harness.runners import Prompt, in_turn, prompt_text
 from duo.bench.harness.servers import SPECULATIVE_PEERS, Server, start
 from duo.bench.harness.workloads import WorkloadSession
@@ -150,7 +151,7 @@ Render = Callable[[list[dict[str, Any]]], str]  # chat messages -> the prompt te
 
 def load(
     url: str,
-    work: list[str] | list[WorkloadSession],
+    work: Work,
     clients: int,
     n: int,
     sampling: SamplingParams,
@@ -168,6 +169,9 @@ def load(
                 for item in work[j::clients]:
                     if isinstance(item, str):
                         _stream(http, item, n, sampling, runs[j])
+                        continue
+                    if isinstance(item, dict):
+                        _infill(http, item, n, sampling, runs[j])
                         continue
                     assert render is not None
                     messages = item.start()
@@ -197,16 +201,57 @@ def _stream(http: httpx.Client, text: str, n: int, sampling: SamplingParams, out
         "max_tokens": n,
         "stream": True,
         "stream_options": {"include_usage": True},
+        **_sampling(sampling),
+    }
+    return _timed(http, "/v1/completions", body, out, _openai_piece)
+
+
+def _infill(
+    http: httpx.Client, request: InfillRequest, n: int, sampling: SamplingParams, out: _Client
+) -> str:
+    """One streamed fill-in-the-middle request (llama.cpp's /infill), as an editor sends it
+    but with its time limits off; its figures go to `out`; returns its text."""
+    body = {**request, "n_predict": n, "stream": True, **_sampling(sampling)}
+    return _timed(http, "/infill", body, out, _native_piece)
+
+
+def _sampling(sampling: SamplingParams) -> dict[str, Any]:
+    return {
         "temperature": sampling.temperature,
         "seed": sampling.seed if sampling.seed is not None else -1,
         "cache_prompt": True,
     }
+
+
+def _openai_piece(chunk: dict[str, Any]) -> tuple[str, int]:
+    """A /v1/completions event's text and the tokens that spelled it (duo says)."""
+    choices = chunk.get("choices") or []
+    text = choices[0].get("text") or "" if choices else ""
+    return text, max(1, int((chunk.get("duo") or {}).get("tokens", 1)))
+
+
+def _native_piece(chunk: dict[str, Any]) -> tuple[str, int]:
+    """A native event's text and tokens (none in the last, stop: true, event)."""
+    if chunk.get("stop"):
+        return "", 0
+    return chunk.get("content") or "", max(1, len(chunk.get("tokens") or ()))
+
+
+def _timed(
+    http: httpx.Client,
+    path: str,
+    body: dict[str, Any],
+    out: _Client,
+    piece: Callable[[dict[str, Any]], tuple[str, int]],
+) -> str:
+    """Stream `body` to `path`: the time to the first text and between texts, and the
+    tokens and drafts the answer's usage and timings report, go to `out`."""
     t0 = last = time.perf_counter()
     first, tokens, pieces = True, 0, []
     # One connection per request: llama-server may close a connection after a stream,
     # and a reused one then fails; both servers pay the same loopback connect.
     headers = {"Connection": "close"}
-    with http.stream("POST", "/v1/completions", json=body, headers=headers) as r:
+    with http.stream("POST", path, json=body, headers=headers) as r:
         r.raise_for_status()
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -216,16 +261,15 @@ def _stream(http: httpx.Client, text: str, n: int, sampling: SamplingParams, out
                 err = chunk["error"]
                 message = err.get("message", err) if isinstance(err, dict) else err
                 raise GenerationFailed(f"the server failed a request: {message}")
-            choices = chunk.get("choices") or []
-            if choices and choices[0].get("text"):
-                pieces.append(choices[0]["text"])
+            text, n_tokens = piece(chunk)
+            if text:
+                pieces.append(text)
                 now = time.perf_counter()
                 if first:
                     out.ttft.append(now - t0)
                     first = False
                 else:
                     out.gaps.append(now - last)
-                    n_tokens = max(1, int((chunk.get("duo") or {}).get("tokens", 1)))
                     out.itl.extend([(now - last) / n_tokens] * n_tokens)
                 last = now
             usage = chunk.get("usage") or {}
@@ -246,7 +290,7 @@ def run(
     models: ModelConfig,
     spec: SpecConfig,
     servers: list[str],
-    prompts: list[Prompt] | list[WorkloadSession],
+    prompts: list[Prompt] | list[WorkloadSession] | list[InfillRequest],
     counts: list[int],
     n: int,
     repeat: int,
@@ -257,18 +301,22 @@ def run(
     peer_drafts: list[int] | None = None,
     peer_keys: list[int] | None = None,
     interleave: bool = True,
+    fim: bool = False,
 ) -> ClientsReport:
     """Every server with every client count, `repeat` times, servers taking turns block by
     block (`interleave`) or one after another; over prompts, or over sessions of dependent
     requests. llama-server's speculative peers run at each of `peer_drafts` (draft
-    lengths) and, for its n-gram pool, `peer_keys` (key lengths), as servers of their own."""
+    lengths) and, for its n-gram pool, `peer_keys` (key lengths), as servers of their own.
+    With `fim` (fill-in-the-middle requests), llama-server runs with llama.cpp's FIM
+    preset flags."""
     slots = max(counts)
     variants = _variants(servers, spec, peer_drafts or [spec.draft_max], peer_keys or [3])
     with Model(models.main, n_ctx=512) as model:  # its chat template renders every prompt
         render = _renderer(model)
         sessions = [p for p in prompts if isinstance(p, WorkloadSession)]
         texts = [prompt_text(model, p) for p in prompts if isinstance(p, Prompt)]
-        work: list[str] | list[WorkloadSession] = sessions or texts
+        infills = [p for p in prompts if isinstance(p, dict)]
+        work: Work = sessions or infills or texts
         warm_up = texts[-1:] or [render([{"role": "user", "content": "Say hello."}])]
         report = ClientsReport(
             {
@@ -278,7 +326,7 @@ def run(
                 "repeat": repeat,
                 "suite": suite,
                 "prompts": len(work),
-                "requests": sum(len(s.turns) for s in sessions) or len(texts),
+                "requests": sum(len(s.turns) for s in sessions) or len(infills) or len(texts),
                 "draft_max": spec.draft_max,
                 "peer_drafts": peer_drafts or [spec.draft_max],
                 "peer_keys": peer_keys or [3],
@@ -300,7 +348,7 @@ def run(
                             if not interleave:
                                 up.close()  # one server at a time
                             log(say + ": starting")
-                            live[name] = _started(variants[name], models, slots, bin_dir)
+                            live[name] = _started(variants[name], models, slots, bin_dir, fim)
                             up.callback(live[name].stop)
                             load(live[name].url, warm_up, 1, min(n, 16), sampling)
                         log(say)
@@ -312,7 +360,7 @@ def run(
     return report
 
 
-Work = list[str] | list[WorkloadSession]
+Work = list[str] | list[WorkloadSession] | list[InfillRequest]
 Variant = tuple[str, SpecConfig, int]  # the server, its settings, its n-gram key length
 
 
@@ -334,9 +382,11 @@ def schedule(
     ]
 
 
-def _started(variant: Variant, models: ModelConfig, slots: int, bin_dir: str | None) -> Server:
+def _started(
+    variant: Variant, models: ModelConfig, slots: int, bin_dir: str | None, fim: bool = False
+) -> Server:
     kind, settings, key = variant
-    return start(kind, models, settings, slots, bin_dir, key)
+    return start(kind, models, settings, slots, bin_dir, key, fim)
 
 
 def _variants(

@@ -25,6 +25,9 @@ SERVERS = (
 )
 SPECULATIVE_PEERS = ("llama-server+md", "llama-server+ngram")  # they take a draft length
 STOP_SECONDS = 30.0  # how long a server may take to end when asked
+# llama.cpp's presets for editors (--fim-qwen-1.5b-default and its kin): what a user runs
+# llama-server with for llama.vim or llama.vscode
+FIM_PRESET = ("-b", "1024", "-ub", "1024", "--cache-reuse", "256")
 
 
 class Server:
@@ -70,9 +73,10 @@ def start(
     slots: int,
     bin_dir: str | None,
     key: int = 3,
+    fim: bool = False,
 ) -> Server:
     """Start one of SERVERS with `slots` slots (`key`: llama-server+ngram's n-gram key
-    length)."""
+    length; `fim`: llama-server with FIM_PRESET's flags, as an editor's user runs it)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     every = str(len(os.sched_getaffinity(0)))
@@ -103,7 +107,7 @@ def start(
     server = [
         str(find_bin(bin_dir, "llama-server")), "-m", str(models.main), "--host", "127.0.0.1",
         "--port", str(port), "-np", str(slots), "-c", str(models.n_ctx * slots),
-        "-ngl", str(models.n_gpu_layers), "--no-webui",
+        "-ngl", str(models.n_gpu_layers), "--no-webui", *(FIM_PRESET if fim else ()),
     ]  # fmt: skip
     if name == "llama-server-default":  # as a user types it: no thread or cache flags
         return Server(name, [server], "llama-server's defaults", url)
