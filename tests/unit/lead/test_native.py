@@ -233,3 +233,8 @@ def test_n_predict_0_is_a_warm_up() -> None:
     lead = FimLead()
     post(lead, "/infill", {**VIM, "n_predict": 0})
     assert lead.jobs[0].max_tokens == 0
+
+
+def test_a_grammar_too_long_or_malformed_gets_400_naming_it() -> None:
+    r = post(FimLead(), "/completion", {"prompt": "hi", "grammar": "x" * (600 * 1024)})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "grammar"

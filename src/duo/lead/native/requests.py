@@ -25,6 +25,7 @@ from duo.core.sampling import SamplingParams
 from duo.errors import UsageError
 from duo.lead.body import Fields, TokenId, filled
 from duo.lead.openai.requests import MAX_CHOICES, Sampling
+from duo.llama.grammar import MAX_GRAMMAR_BYTES
 
 MAX_PROMPTS = MAX_CHOICES  # prompts in one /completion request
 MAX_PROMPT_ITEMS = 1 << 20  # texts and token IDs in one prompt
@@ -106,7 +107,8 @@ class NativeSampling(Sampling, kw_only=True):
         bool | None, Meta(description="accepted: `tokens` always holds the tokens")
     ] = False
     grammar: Annotated[
-        str | None, Meta(description="GBNF the text must follow (llama.cpp's grammars)")
+        Annotated[str, Meta(max_length=MAX_GRAMMAR_BYTES)] | None,
+        Meta(description="GBNF the text must follow (llama.cpp's grammars)"),
     ] = None
 
     def max_new_tokens(self, n_ctx: int) -> int:

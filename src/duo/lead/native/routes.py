@@ -83,7 +83,7 @@ class Native:
         prompts = [await self._tokens(p, add_special=True, param="prompt") for p in body.prompts()]
         for tokens in prompts:
             self.prompts.check_fits(tokens, "prompt")
-        return await self._answer(request, self._run(body, prompts, cut=False))
+        return await self._answer(request, await self._run(body, prompts, cut=False))
 
     async def infill(self, request: Request, body: InfillBody) -> Response:
         fim = self.lead.fim_tokens()
@@ -112,7 +112,7 @@ class Native:
 
         tokens, cut = await asyncio.to_thread(layout)
         self.prompts.check_fits(tokens, "input_extra")
-        return await self._answer(request, self._run(body, [tokens], cut=cut))
+        return await self._answer(request, await self._run(body, [tokens], cut=cut))
 
     async def _tokens(self, prompt: SubPrompt, *, add_special: bool, param: str) -> list[int]:
         """A text (special tokens' text read as them), or texts and token IDs in order (BOS
@@ -123,10 +123,12 @@ class Native:
             parts, add_special=add_special, param=param, parse_special=parse_special
         )
 
-    def _run(self, body: NativeSampling, prompts: list[list[int]], *, cut: bool) -> Run:
+    async def _run(self, body: NativeSampling, prompts: list[list[int]], *, cut: bool) -> Run:
         """One job per prompt and completion, completion k of a prompt seeded seed + k."""
         n_ctx = self.info.n_ctx
         sampling = body.sampling(n_ctx, self.info.n_vocab)
+        if sampling.grammar is not None:
+            await self.prompts.check_grammar(sampling.grammar, "grammar")
         n_predict = body.max_new_tokens(n_ctx)
         stops = body.stops()
         n = body.completions()

@@ -7,6 +7,7 @@
     Prompts.check_fits(tokens)  whether a prompt leaves room in the context
     Prompts.format_grammar(...) the grammar a response_format asks for
     Prompts.tool_grammar(...)   the grammar of a forced tool call
+    Prompts.check_grammar(...)  a request's own grammar, parsed
 
 Tokenizing, rendering the template and building a grammar run on worker threads: a long
 prompt or a large schema does not hold up /health, the streams and the drafter channel.
@@ -191,6 +192,11 @@ class Prompts:
             lambda: tool_call_gbnf(tools.shown(), tags, several=tools.parallel), "tools"
         )
         return replace(sampling, grammar=gbnf)
+
+    async def check_grammar(self, gbnf: str, param: str) -> None:
+        """A request's own GBNF, parsed by llama.cpp on a worker thread; its faults name
+        `param`."""
+        await self._checked(lambda: gbnf, param)
 
     async def _checked(self, build: Callable[[], str | None], param: str) -> str | None:
         """A grammar built and parsed on a worker thread; its faults name `param`."""
