@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from duo.core.chain import InfillVocab, run_chain
+from duo.core.chain import InfillVocab, penalised, run_chain
 from duo.core.logprobs import TokenLogprob, token_logprob
 from duo.errors import GenerationFailed, UsageError
 
@@ -124,11 +124,7 @@ def adjusted(logits: Logits, history: Sequence[int], p: SamplingParams) -> Logit
     if penalise:
         recent = np.asarray(history[-p.repeat_last_n :], dtype=np.int64)
         ids, counts = np.unique(recent[(recent >= 0) & (recent < n_vocab)], return_counts=True)
-        values = out[ids]
-        if p.repeat_penalty != 1.0:
-            values = np.where(values > 0, values / p.repeat_penalty, values * p.repeat_penalty)
-        freq, present = np.float32(p.frequency_penalty), np.float32(p.presence_penalty)
-        out[ids] = values - (counts.astype(np.float32) * freq + present)
+        out[ids] = penalised(out[ids], counts, p)
     return out
 
 
