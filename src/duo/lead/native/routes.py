@@ -45,10 +45,11 @@ ANSWERED = (
 
 @dataclass(frozen=True)
 class Run:
-    """A request made ready: its jobs, each job's prompt (by index), what every answer
-    says, and how to answer."""
+    """A request made ready: its jobs, each job's prompt as text, what every answer says,
+    and how to answer."""
 
     jobs: list[Job]
+    prompt_texts: list[str]  # by job (a prompt's n_cmpl jobs share one text)
     request: answers.RequestFacts
     stream: bool
     fields: list[str] | None  # response_fields
@@ -115,10 +116,11 @@ class Native:
         return await self._answer(request, await self._run(body, [tokens], cut=cut))
 
     async def _tokens(self, prompt: SubPrompt, *, add_special: bool, param: str) -> list[int]:
-        """A text (special tokens' text read as them), or texts and token IDs in order (BOS
-        before a first text, with add_special), as tokens."""
+        """A text, or texts and token IDs in order (BOS before a first text, with
+        add_special), as tokens; special tokens' text is read as them in a prompt, and as
+        text in an editor's prefix and suffix (as llama-server reads each)."""
         parts: Sequence[str | int] = [prompt] if isinstance(prompt, str) else prompt
-        parse_special = param == "prompt"  # an editor's text is only text
+        parse_special = param == "prompt"
         return await self.prompts.tokenize_parts(
             parts, add_special=add_special, param=param, parse_special=parse_special
         )
@@ -148,7 +150,9 @@ class Native:
         extra = {"n_indent": body.n_indent, "t_max_predict_ms": body.t_max_predict_ms}
         settings = answers.settings(sampling, n_predict, stops, bool(body.stream), extra)
         request = answers.RequestFacts(self.info.name, settings, n_ctx, cut)
-        return Run(jobs, request, bool(body.stream), body.response_fields)
+        texts = [self._text(tokens) for tokens in prompts]
+        by_job = [text for text in texts for _ in range(n)]
+        return Run(jobs, by_job, request, bool(body.stream), body.response_fields)
 
     async def _answer(self, request: Request, run: Run) -> Response:
         if run.stream:
@@ -164,7 +168,7 @@ class Native:
         for i, (job, c) in enumerate(zip(run.jobs, collected, strict=True)):
             probs = answers.probabilities(c.entries, self.lead.piece) if c.entries else None
             whole = answers.result(
-                run.request, i, job.prompt, self._text(job.prompt), c.done, c.text, c.ids, probs
+                run.request, i, job.prompt, run.prompt_texts[i], c.done, c.text, c.ids, probs
             )
             out.append(whole if run.fields is None else answers.selected(whole, run.fields))
         return JSONResponse(out[0] if len(out) == 1 else out)
@@ -185,7 +189,7 @@ class Native:
                         )
                     )
                 elif isinstance(event, Done):
-                    text = self._text(prompt)
+                    text = run.prompt_texts[index]
                     yield sse(answers.result(run.request, index, prompt, text, event))
                 else:
                     yield sse(
