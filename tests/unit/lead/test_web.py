@@ -38,26 +38,26 @@ def round_of(tokens: tuple[int, ...], accepted: int, source: str | None) -> Roun
 def test_a_round_becomes_a_drafted_delta_then_the_main_models_own() -> None:
     r = round_of((1, 2, 3, 4), 3, "back:gpu")
     assert deltas(Chunk("abc", "d"), r) == [
-        Delta("abc", "back:gpu", 3, ids=(1, 2, 3)),
-        Delta("d", None, 1, ids=(4,)),
+        Delta("abc", "back:gpu", (1, 2, 3)),
+        Delta("d", None, (4,)),
     ]
 
 
 def test_a_round_without_accepted_tokens_is_the_main_models_alone() -> None:
-    assert deltas(Chunk("", "x"), round_of((7,), 0, None)) == [Delta("x", None, 1, ids=(7,))]
+    assert deltas(Chunk("", "x"), round_of((7,), 0, None)) == [Delta("x", None, (7,))]
 
 
 def test_an_end_of_generation_token_inside_the_draft_is_not_counted() -> None:
     # 3 draft tokens accepted, the third one ended the generation and was cut
     r = round_of((1, 2), 3, "ngram")
-    assert deltas(Chunk("ab", ""), r) == [Delta("ab", "ngram", 2, ids=(1, 2))]
+    assert deltas(Chunk("ab", ""), r) == [Delta("ab", "ngram", (1, 2))]
 
 
 def test_held_back_text_carries_its_tokens_to_the_next_chunk() -> None:
     origin = StreamOrigins()
-    assert origin.of(Delta("", "ngram", 2)) is None  # held back: maybe a stop string
-    assert origin.of(Delta("stop?", None, 1)) == {"source": None, "tokens": 3}
-    assert origin.of(Delta("x", "back:a", 1)) == {"source": "back:a", "tokens": 1}
+    assert origin.of(Delta("", "ngram", (1, 2))) is None  # held back: maybe a stop string
+    assert origin.of(Delta("stop?", None, (3,))) == {"source": None, "tokens": 3}
+    assert origin.of(Delta("x", "back:a", (4,))) == {"source": "back:a", "tokens": 1}
 
 
 # -- the events feed ------------------------------------------------------------------------

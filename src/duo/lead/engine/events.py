@@ -40,9 +40,12 @@ class Delta:
     # Where the text came from: the draft source whose accepted tokens spelled it
     # ("back:NAME", "model", "ngram", "suffix"), or None for the main model's own tokens.
     source: str | None = None
-    tokens: int = 0  # tokens that spelled it (0 for text held back by a stop string)
+    ids: tuple[int, ...] = ()  # the tokens that spelled it (none for text held back by a stop)
     logprobs: tuple[TokenLogprob, ...] = ()  # the tokens this text completes (if asked for)
-    ids: tuple[int, ...] = ()  # those tokens
+
+    @property
+    def tokens(self) -> int:
+        return len(self.ids)
 
 
 @dataclass(frozen=True)
@@ -67,8 +70,8 @@ def deltas(chunk: Chunk, r: Round) -> list[Delta]:
     (with their source), then what the main model's own token spelled."""
     drafted = min(r.accepted, len(r.tokens))  # an end-of-generation token is not emitted
     parts = [
-        Delta(chunk.drafted, r.source, drafted, ids=tuple(r.tokens[:drafted])),
-        Delta(chunk.own, None, len(r.tokens) - drafted, ids=tuple(r.tokens[drafted:])),
+        Delta(chunk.drafted, r.source, tuple(r.tokens[:drafted])),
+        Delta(chunk.own, None, tuple(r.tokens[drafted:])),
     ]
     return [d for d in parts if d.text or d.tokens]
 
