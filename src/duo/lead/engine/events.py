@@ -33,6 +33,12 @@ class Job:
     slot: int | None = None  # the slot asked for (llama-server's id_slot), when it is free
     cache_prompt: bool = True  # False: the prompt is read whole, none of a slot's KV kept
 
+    @property
+    def warm_up(self) -> bool:
+        """max_tokens 0: the prompt is read into its slot's cache and nothing generated
+        (llama-server's n_predict 0, which editors send ahead of the requests that need it)."""
+        return self.max_tokens == 0
+
 
 @dataclass(frozen=True)
 class Delta:

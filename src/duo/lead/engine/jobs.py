@@ -292,7 +292,7 @@ class Engine:
         if not job.cache_prompt:  # read whole: nothing of the slot's cells is kept
             self.session.main.truncate(0, seq=slot)
         record: list[TokenLogprob] | None = [] if job.sampling.logprobs is not None else None
-        try:  # a warm-up (max_tokens 0) reads its prompt and ends: a generation of one
+        try:  # a warm-up reads its prompt and ends (_prefilled): a generation of one
             gen = self.session.generation(
                 job.prompt, max(job.max_tokens, 1), job.sampling, slot, record=record
             )
@@ -320,21 +320,20 @@ class Engine:
             self._prefilled(running)
 
     def _prefilled(self, running: Running) -> None:
-        """Its prompt is read: a warm-up ends here (llama-server's n_predict 0, which
-        editors send to fill a slot's cache ahead of the requests that need it)."""
+        """Its prompt is read: a warm-up (Job.warm_up) ends here."""
         prompt = running.gen.prompt
         seconds = time.perf_counter() - running.since
         running.stats.add_prefill(Prefill(len(prompt), running.reused, seconds))
-        if running.ticket.job.max_tokens == 0:
+        if running.ticket.job.warm_up:
             self._end(running, "length")
 
     def _take_slot(self, prompt: list[int], asked: int | None = None, share: bool = True) -> int:
         """The slot `asked` for, if it is free; else the free slot whose cached tokens
         share the longest prefix with the prompt (as llama-server picks); of slots that
-        share as much, the one taken longest ago (one
-        never taken first, as llama-server's LRU), so that a prompt sharing nothing with
-        the cached ones (a raw prompt among chats) does not take the slot that holds what
-        the chats share. If another slot, running or not, holds a longer prefix, the
+        share as much, the one taken longest ago (one never taken first, as llama-server's
+        LRU), so that a prompt sharing nothing with the cached ones (a raw prompt among
+        chats) does not take the slot that holds what the chats share. Unless `share` is
+        False (cache_prompt off), if another slot, running or not, holds a longer prefix, the
         free slot takes it over: the KV cells are shared or copied, not computed again (a
         system prompt every session sends is read once, not once per slot). A
         deterministic model shares nothing: a slot's results would then depend on how
@@ -374,7 +373,7 @@ class Engine:
         ending = {
             r.slot
             for r, piece in feeding
-            if len(piece) == len(r.prompt) and r.ticket.job.max_tokens > 0
+            if len(piece) == len(r.prompt) and not r.ticket.job.warm_up
         }
         order = [r for r in everyone if not r.prompt or r.slot in ending]
         try:
