@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from duo.bench.harness.clients import load
+from duo.bench.harness.traffic import load
 from duo.bench.harness.workloads import sessions
 from duo.core.sampling import GREEDY
 from duo.llama.backend import Model

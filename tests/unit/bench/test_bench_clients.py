@@ -11,14 +11,8 @@ import httpx
 import pytest
 
 from duo.bench.harness import servers
-from duo.bench.harness.clients import (
-    ClientsReport,
-    LoadResult,
-    _Client,
-    _stream,
-    _variants,
-    schedule,
-)
+from duo.bench.harness.clients import ClientsReport, LoadResult, _variants, schedule
+from duo.bench.harness.traffic import ClientFigures, stream_completion
 from duo.core.sampling import GREEDY
 from duo.errors import GenerationFailed
 from duo.session.config import SpecConfig
@@ -69,7 +63,7 @@ def test_an_error_in_the_stream_fails_the_bench_instead_of_counting_a_short_answ
         httpx.Client(base_url="http://lead", transport=transport) as http,
         pytest.raises(GenerationFailed, match="internal error: boom"),
     ):
-        _stream(http, "hi", 8, GREEDY, _Client())
+        stream_completion(http, "hi", 8, GREEDY, ClientFigures())
 
 
 def test_the_table_keeps_its_columns_for_long_server_names() -> None:

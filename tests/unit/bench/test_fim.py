@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from duo.bench.harness import fim
-from duo.bench.harness.clients import _native_piece
+from duo.bench.harness.traffic import _native_piece
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 

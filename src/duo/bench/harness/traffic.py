@@ -1,0 +1,191 @@
+"""A server's traffic from concurrent clients, as `duo bench --clients` sends it: each
+client's requests streamed, and what it measured of them (duo.bench.harness.clients runs
+the servers and reports).
+
+    load(url, work, clients, ...)   clients at once over texts, sessions or infill requests
+    stream_completion(...)          one streamed /v1/completions request
+    stream_infill(...)              one streamed /infill request (llama.cpp's native events)
+
+Every stream is read by one loop (`_timed`): the time to the first text and between
+texts, and the tokens and drafts the answer's usage and timings report.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from duo.bench.harness.fim import InfillRequest
+from duo.bench.harness.workloads import WorkloadSession
+from duo.core.sampling import SamplingParams
+from duo.errors import GenerationFailed
+
+Work = list[str] | list[WorkloadSession] | list[InfillRequest]
+
+
+@dataclass
+class ClientFigures:
+    """What one client measured of its requests."""
+
+    ttft: list[float] = field(default_factory=list)
+    gaps: list[float] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
+    tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    sources: dict[str, list[int]] = field(default_factory=dict)
+
+
+Render = Callable[[list[dict[str, Any]]], str]  # chat messages -> the prompt text
+
+
+def load(
+    url: str,
+    work: Work,
+    clients: int,
+    n: int,
+    sampling: SamplingParams,
+    render: Render | None = None,
+) -> tuple[list[ClientFigures], float]:
+    """`clients` clients at once over the prompts (texts), or over the sessions (played
+    turn by turn, each prompt `render`ed from the session so far): each client's figures,
+    and the seconds it all took."""
+    runs = [ClientFigures() for _ in range(clients)]
+    errors: list[BaseException] = []
+
+    def client(j: int) -> None:
+        try:
+            with httpx.Client(base_url=url, timeout=600) as http:
+                for item in work[j::clients]:
+                    if isinstance(item, str):
+                        stream_completion(http, item, n, sampling, runs[j])
+                        continue
+                    if isinstance(item, dict):
+                        stream_infill(http, item, n, sampling, runs[j])
+                        continue
+                    assert render is not None
+                    messages = item.start()
+                    for turn in item.turns:
+                        messages += turn
+                        answer = stream_completion(http, render(messages), n, sampling, runs[j])
+                        messages.append({"role": "assistant", "content": answer})
+        except BaseException as e:  # reported after the others finish
+            errors.append(e)
+
+    threads = [threading.Thread(target=client, args=(j,)) for j in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return runs, seconds
+
+
+def stream_completion(
+    http: httpx.Client, text: str, n: int, sampling: SamplingParams, out: ClientFigures
+) -> str:
+    """One streamed completion; its figures go to `out`; returns its text."""
+    body = {
+        "prompt": text,
+        "max_tokens": n,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **_sampling(sampling),
+    }
+    return _timed(http, "/v1/completions", body, out, _openai_piece)
+
+
+def stream_infill(
+    http: httpx.Client, request: InfillRequest, n: int, sampling: SamplingParams, out: ClientFigures
+) -> str:
+    """One streamed fill-in-the-middle request (llama.cpp's /infill), as an editor sends it
+    but with its time limits off; its figures go to `out`; returns its text."""
+    body = {**request, "n_predict": n, "stream": True, **_sampling(sampling)}
+    return _timed(http, "/infill", body, out, _native_piece)
+
+
+def _sampling(sampling: SamplingParams) -> dict[str, Any]:
+    return {
+        "temperature": sampling.temperature,
+        "seed": sampling.seed if sampling.seed is not None else -1,
+        "cache_prompt": True,
+    }
+
+
+def _openai_piece(chunk: dict[str, Any]) -> tuple[str, int]:
+    """A /v1/completions event's text and the tokens that spelled it (duo says)."""
+    choices = chunk.get("choices") or []
+    text = choices[0].get("text") or "" if choices else ""
+    return text, max(1, int((chunk.get("duo") or {}).get("tokens", 1)))
+
+
+def _native_piece(chunk: dict[str, Any]) -> tuple[str, int]:
+    """A native event's text and tokens (none in the last, stop: true, event)."""
+    if chunk.get("stop"):
+        return "", 0
+    return chunk.get("content") or "", max(1, len(chunk.get("tokens") or ()))
+
+
+def _timed(
+    http: httpx.Client,
+    path: str,
+    body: dict[str, Any],
+    out: ClientFigures,
+    piece: Callable[[dict[str, Any]], tuple[str, int]],
+) -> str:
+    """Stream `body` to `path`: the time to the first text and between texts, and the
+    tokens and drafts the answer's usage and timings report, go to `out`."""
+    t0 = last = time.perf_counter()
+    first, tokens, pieces = True, 0, []
+    # One connection per request: llama-server may close a connection after a stream,
+    # and a reused one then fails; both servers pay the same loopback connect.
+    headers = {"Connection": "close"}
+    with http.stream("POST", path, json=body, headers=headers) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:  # a server's failure mid-stream: not a short answer
+                err = chunk["error"]
+                message = err.get("message", err) if isinstance(err, dict) else err
+                raise GenerationFailed(f"the server failed a request: {message}")
+            text, n_tokens = piece(chunk)
+            if text:
+                pieces.append(text)
+                now = time.perf_counter()
+                if first:
+                    out.ttft.append(now - t0)
+                    first = False
+                else:
+                    out.gaps.append(now - last)
+                    out.itl.extend([(now - last) / n_tokens] * n_tokens)
+                last = now
+            usage = chunk.get("usage") or {}
+            timings = chunk.get("timings") or {}
+            if usage.get("completion_tokens") or timings.get("predicted_n"):
+                tokens = usage.get("completion_tokens") or timings["predicted_n"]
+            if "draft_n" in timings:
+                out.drafted += int(timings["draft_n"])
+                out.accepted += int(timings.get("draft_n_accepted", 0))
+                for source, x in (timings.get("draft_sources") or {}).items():
+                    accepted, drafted = int(x.get("draft_n_accepted", 0)), int(x.get("draft_n", 0))
+                    tally(out.sources, source, accepted, drafted)
+    out.tokens += int(tokens)
+    return "".join(pieces)
+
+
+def tally(into: dict[str, list[int]], source: str, accepted: int, drafted: int) -> None:
+    """Add a source's draft tokens accepted and verified to `into` ([accepted, drafted])."""
+    counts = into.setdefault(source, [0, 0])
+    counts[0] += accepted
+    counts[1] += drafted
