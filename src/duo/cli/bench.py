@@ -77,7 +77,8 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "answers reuse the prompt), all (default %(default)s); with --clients, sessions "
         "of dependent requests too: agent, multiturn, code-edit (see duo.bench.harness.workloads); "
         "and an editor's fill-in-the-middle requests to /infill, from the standard library: "
-        "fim, and fim-holdout for a final measurement (duo.bench.harness.fim); llama-server "
+        "fim, fim-holdout for a final measurement, and fim-edit, an editing session whose "
+        "chunks move (duo.bench.harness.fim); llama-server "
         "peers then run with llama.cpp's FIM preset flags (-b 1024 -ub 1024 --cache-reuse 256)",
     )
     g.add_argument("--repeat", type=positive, default=3, help="repeats of the suite (median)")

@@ -109,7 +109,7 @@ def stream_infill(
 ) -> str:
     """One streamed fill-in-the-middle request (llama.cpp's /infill), as an editor sends it
     but with its time limits off; its figures go to `out`; returns its text."""
-    body = {**request, "n_predict": n, "stream": True, **_sampling(sampling)}
+    body = {"n_predict": n, **request, "stream": True, **_sampling(sampling)}  # 0: a warm-up
     return _timed(http, "/infill", body, out, _native_piece)
 
 
