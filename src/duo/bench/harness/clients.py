@@ -60,7 +60,7 @@ class LoadResult:
     clients: int
     tokens: int
     seconds: float
-    ttft_ms: dict[str, float]  # p50, p99
+    ttft_ms: dict[str, float]  # p50, p90, p99
     gap_ms: dict[str, float]  # p50, p99 of the gaps between streamed chunks
     itl_ms: dict[str, float]  # p50, p99 of the inter-token latency (a gap over its tokens)
     devices: str = ""
@@ -126,10 +126,9 @@ class ClientsReport:
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"p50": 0.0, "p99": 0.0}
+    """p50, p90 and p99 (nearest rank below); 0 where there are no values."""
     v = sorted(values)
-    return {"p50": v[len(v) // 2], "p99": v[min(len(v) - 1, int(0.99 * len(v)))]}
+    return {f"p{q}": v[min(len(v) - 1, int(q / 100 * len(v)))] if v else 0.0 for q in (50, 90, 99)}
 
 
 def run(
