@@ -238,3 +238,11 @@ def test_n_predict_0_is_a_warm_up() -> None:
 def test_a_grammar_too_long_or_malformed_gets_400_naming_it() -> None:
     r = post(FimLead(), "/completion", {"prompt": "hi", "grammar": "x" * (600 * 1024)})
     assert r.status_code == 400 and r.json()["error"]["param"] == "grammar"
+
+
+def test_infill_budgets_are_the_editor_presets_at_least_whatever_b_is() -> None:
+    lead = FimLead()  # -b 512: a prefix budget of 384 tokens, were it not for the presets'
+    prefix = "p" * 700
+    post(lead, "/infill", {**VIM, "input_prefix": prefix, "input_extra": []})
+    assert lead.info.n_batch == 512
+    assert lead.jobs[0].prompt.count(ord("p") + 1) == 700  # within 3/4 of 1024

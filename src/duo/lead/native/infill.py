@@ -9,11 +9,13 @@
     [BOS][FIM_PRE] prefix prompt [FIM_SUF] suffix [FIM_MID]
 
 With --spm-infill the suffix comes first: [FIM_SUF] suffix [FIM_PRE] prefix prompt
-[FIM_MID]. What fits is what one batch holds: the prefix keeps its last 3/4 of n_batch
-tokens, the suffix its first n_batch/4 less the prompt and two; the extra chunks keep their
-last n_ctx - n_batch - 2 * n_predict tokens, n_predict being the request's budget (0 if it
-has none), so that the answer has room (llama-server takes its own -n, -1 by default,
-and may leave the answer none).
+[FIM_MID]. What fits is what one batch holds, as llama-server sizes it: the prefix keeps its
+last 3/4 of n_batch tokens, the suffix its first n_batch/4 less the prompt and two; the
+extra chunks keep their last n_ctx - n_batch - 2 * n_predict tokens, n_predict being the
+request's budget (0 if it has none), so that the answer has room (llama-server takes its
+own -n, -1 by default, and may leave the answer none). /infill sizes it by -b, but never
+less than FIM_BATCH, llama.cpp's editor presets' -b: duo's default -b (512) then gives an
+editor the context the presets give it, and the same prompt.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 from duo.llama.vocab import FimTokens
 
+FIM_BATCH = 1024  # -b of llama.cpp's --fim-qwen-*-default and -spec presets
 SNIPPET = "\n\n--- snippet ---\n\n"  # a chunk's head where there is no file separator
 REPO = "myproject\n"
 FILENAME = "filename\n"  # the current file's name (llama-server's placeholder)

@@ -29,7 +29,7 @@ from duo.lead.engine.events import Delta, Done, Job
 from duo.lead.engine.lead import Lead
 from duo.lead.format import sse
 from duo.lead.native import answers
-from duo.lead.native.infill import FileChunk, infill_prompt, missing_tokens
+from duo.lead.native.infill import FIM_BATCH, FileChunk, infill_prompt, missing_tokens
 from duo.lead.native.requests import CompletionBody, InfillBody, NativeSampling, SubPrompt
 from duo.lead.openai.choices import choice_seed, merged_events
 from duo.lead.openai.delivery import collect
@@ -105,7 +105,7 @@ class Native:
                 suffix,
                 chunks,
                 prompt,
-                n_batch=self.info.n_batch,
+                n_batch=max(self.info.n_batch, FIM_BATCH),
                 n_ctx=self.info.n_ctx,
                 n_predict=budget if budget < self.info.n_ctx else 0,
                 spm=self.spm_infill,
