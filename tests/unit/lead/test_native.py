@@ -245,4 +245,6 @@ def test_infill_budgets_are_the_editor_presets_at_least_whatever_b_is() -> None:
     prefix = "p" * 700
     post(lead, "/infill", {**VIM, "input_prefix": prefix, "input_extra": []})
     assert lead.info.n_batch == 512
-    assert lead.jobs[0].prompt.count(ord("p") + 1) == 700  # within 3/4 of 1024
+    prompt = lead.jobs[0].prompt
+    after = prompt[prompt.index(SCRIPTED_FIM.prefix) + 1 :]
+    assert after.count(ord("p") + 1) == 700  # whole: within 3/4 of 1024
