@@ -21,8 +21,8 @@ from duo.session.config import SpecConfig
 def test_speculative_peers_run_at_each_setting_and_the_rest_once() -> None:
     spec = SpecConfig(draft_max=8)
     servers = ["duo", "llama-server", "llama-server+ngram", "llama-server+md"]
-    got = _variants(servers, spec, [4, 16], [3, 6])
-    assert [(label, kind, s.draft_max, key) for label, (kind, s, key) in got.items()] == [
+    got = _variants(servers, spec, [4, 16], [3, 6], ["ngram-mod"])
+    assert [(label, kind, s.draft_max, key) for label, (kind, s, key, _) in got.items()] == [
         ("duo", "duo", 8, 3),
         ("llama-server", "llama-server", 8, 3),
         ("llama-server+ngram/k4/n3", "llama-server+ngram", 4, 3),
@@ -32,8 +32,21 @@ def test_speculative_peers_run_at_each_setting_and_the_rest_once() -> None:
         ("llama-server+md/k4", "llama-server+md", 4, 3),
         ("llama-server+md/k16", "llama-server+md", 16, 3),
     ]
-    plain = _variants(servers, spec, [8], [3])  # one setting each: the plain names
-    assert [(label, s.draft_max) for label, (_, s, _) in plain.items()] == [(n, 8) for n in servers]
+    plain = _variants(servers, spec, [8], [3], ["ngram-mod"])  # one setting each: plain names
+    assert [(label, s.draft_max) for label, (_, s, *_) in plain.items()] == [
+        (n, 8) for n in servers
+    ]
+
+
+def test_each_kind_of_n_gram_pool_is_a_peer_of_its_own() -> None:
+    kinds = ["ngram-simple", "ngram-mod", "ngram-cache"]
+    got = _variants(["duo", "llama-server+ngram"], SpecConfig(), [8], [3], kinds)
+    assert {label: v[3] for label, v in got.items()} == {
+        "duo": "ngram-mod",
+        "llama-server+ngram-simple": "ngram-simple",
+        "llama-server+ngram-mod": "ngram-mod",
+        "llama-server+ngram-cache": "ngram-cache",
+    }
 
 
 def test_interleaved_servers_take_turns_block_by_block_each_going_first_in_turn() -> None:

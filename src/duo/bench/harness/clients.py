@@ -43,7 +43,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from duo.bench.harness.agents import AgentSession
 from duo.bench.harness.fim import InfillRequest
+from duo.bench.harness.llamacpp import DEFAULT_NGRAM
 from duo.bench.harness.runners import Prompt, in_turn, prompt_text
 from duo.bench.harness.servers import SPECULATIVE_PEERS, Server, start
 from duo.bench.harness.traffic import ClientFigures, Render, Work, load, tally
@@ -135,7 +137,7 @@ def run(
     models: ModelConfig,
     spec: SpecConfig,
     servers: list[str],
-    prompts: list[Prompt] | list[WorkloadSession] | list[InfillRequest],
+    prompts: list[Prompt] | list[WorkloadSession] | list[InfillRequest] | list[AgentSession],
     counts: list[int],
     n: int,
     repeat: int,
@@ -145,23 +147,27 @@ def run(
     suite: str = "",
     peer_drafts: list[int] | None = None,
     peer_keys: list[int] | None = None,
+    peer_ngrams: list[str] | None = None,
     interleave: bool = True,
     fim: bool = False,
 ) -> ClientsReport:
     """Every server with every client count, `repeat` times, servers taking turns block by
     block (`interleave`) or one after another; over prompts, or over sessions of dependent
     requests. llama-server's speculative peers run at each of `peer_drafts` (draft
-    lengths) and, for its n-gram pool, `peer_keys` (key lengths), as servers of their own.
+    lengths) and, for its n-gram pool, `peer_keys` (key lengths) and `peer_ngrams` (its
+    --spec-type: ngram-mod unless asked), as servers of their own.
     With `fim` (fill-in-the-middle requests), llama-server runs with llama.cpp's FIM
     preset flags."""
     slots = max(counts)
-    variants = _variants(servers, spec, peer_drafts or [spec.draft_max], peer_keys or [3])
+    ngrams = peer_ngrams or [DEFAULT_NGRAM]
+    variants = _variants(servers, spec, peer_drafts or [spec.draft_max], peer_keys or [3], ngrams)
     with Model(models.main, n_ctx=512) as model:  # its chat template renders every prompt
         render = _renderer(model)
         sessions = [p for p in prompts if isinstance(p, WorkloadSession)]
+        agents = [p for p in prompts if isinstance(p, AgentSession)]
         texts = [prompt_text(model, p) for p in prompts if isinstance(p, Prompt)]
         infills = [p for p in prompts if isinstance(p, dict)]
-        work: Work = sessions or infills or texts
+        work: Work = sessions or agents or infills or texts
         warm_up = texts[-1:] or [render([{"role": "user", "content": "Say hello."}])]
         report = ClientsReport(
             {
@@ -171,10 +177,14 @@ def run(
                 "repeat": repeat,
                 "suite": suite,
                 "prompts": len(work),
-                "requests": sum(len(s.turns) for s in sessions) or len(infills) or len(texts),
+                "requests": sum(len(s.turns) for s in sessions)
+                or sum(len(a.asks) for a in agents)
+                or len(infills)
+                or len(texts),
                 "draft_max": spec.draft_max,
                 "peer_drafts": peer_drafts or [spec.draft_max],
                 "peer_keys": peer_keys or [3],
+                "peer_ngrams": ngrams,
                 "temperature": sampling.temperature,
                 "order": "interleaved" if interleave else "sequential",
                 "cpu": this_cpu(),
@@ -205,7 +215,8 @@ def run(
     return report
 
 
-Variant = tuple[str, SpecConfig, int]  # the server, its settings, its n-gram key length
+# the server, its settings, its n-gram key length and kind (llama-server's --spec-type)
+Variant = tuple[str, SpecConfig, int, str]
 
 
 def schedule(
@@ -229,26 +240,30 @@ def schedule(
 def _started(
     variant: Variant, models: ModelConfig, slots: int, bin_dir: str | None, fim: bool = False
 ) -> Server:
-    kind, settings, key = variant
-    return start(kind, models, settings, slots, bin_dir, key, fim)
+    kind, settings, key, ngram = variant
+    return start(kind, models, settings, slots, bin_dir, key, fim, ngram)
 
 
 def _variants(
-    servers: list[str], spec: SpecConfig, drafts: list[int], keys: list[int]
+    servers: list[str], spec: SpecConfig, drafts: list[int], keys: list[int], ngrams: list[str]
 ) -> dict[str, Variant]:
     """Each server to measure by its label: a speculative llama-server once per draft
-    length (labelled SERVER/kK when there are several), its n-gram pool once per key
-    length too (SERVER/kK/nN), the others once."""
+    length (labelled SERVER/kK when there are several), its n-gram pool once per kind of
+    pool (llama-server+KIND, unless it is ngram-mod alone) and key length (SERVER/nN), the
+    others once."""
     out = {}
     for name in servers:
         if name not in SPECULATIVE_PEERS:
-            out[name] = (name, spec, 3)
+            out[name] = (name, spec, 3, DEFAULT_NGRAM)
             continue
+        pools = ngrams if name == "llama-server+ngram" else [DEFAULT_NGRAM]
         for k in drafts:
-            label = name + (f"/k{k}" if len(drafts) > 1 else "")
-            for key in keys if name == "llama-server+ngram" else [3]:
-                tag = f"/n{key}" if len(keys) > 1 and name == "llama-server+ngram" else ""
-                out[label + tag] = (name, replace(spec, draft_max=k), key)
+            for ngram in pools:
+                label = name if pools == [DEFAULT_NGRAM] else f"llama-server+{ngram}"
+                label += f"/k{k}" if len(drafts) > 1 else ""
+                for key in keys if name == "llama-server+ngram" else [3]:
+                    tag = f"/n{key}" if len(keys) > 1 and name == "llama-server+ngram" else ""
+                    out[label + tag] = (name, replace(spec, draft_max=k), key, ngram)
     return out
 
 

@@ -138,6 +138,11 @@ def completion_timings(out: str) -> dict[str, Any]:
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 
 
+# llama.cpp's n-gram drafters (llama-server --spec-type), and the one its peers run by default
+NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+DEFAULT_NGRAM = "ngram-mod"
+
+
 def ngram_flags(spec_types: str, k: int, key: int = 3) -> list[str]:
     """Each n-gram type's settings, as duo's lookup uses them: a short key (`key` tokens,
     3 unless a bench sweeps it) and drafts of at most k tokens. llama.cpp's defaults

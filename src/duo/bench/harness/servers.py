@@ -10,13 +10,14 @@ import sys
 
 import httpx
 
-from duo.bench.harness.llamacpp import find_bin, ngram_flags
+from duo.bench.harness.llamacpp import DEFAULT_NGRAM, find_bin, ngram_flags
 from duo.bench.harness.runners import cores_text, quiet, wait_ready
 from duo.net import free_port
 from duo.session.config import DEFAULT_SPEC_TYPES, ModelConfig, SpecConfig
 
 SERVERS = (
     "duo",
+    "duo-editor",
     "duo+back",
     "llama-server",
     "llama-server-default",
@@ -28,6 +29,8 @@ STOP_SECONDS = 30.0  # how long a server may take to end when asked
 # llama.cpp's presets for editors (--fim-qwen-1.5b-default and its kin): what a user runs
 # llama-server with for llama.vim or llama.vscode
 FIM_PRESET = ("-b", "1024", "-ub", "1024", "--cache-reuse", "256")
+# duo lead as the README's editor setup runs it: the preset's prompt reuse
+EDITOR_FLAGS = ("--cache-reuse", "256")
 
 
 class Server:
@@ -74,25 +77,30 @@ def start(
     bin_dir: str | None,
     key: int = 3,
     fim: bool = False,
+    ngram: str = DEFAULT_NGRAM,
 ) -> Server:
-    """Start one of SERVERS with `slots` slots (`key`: llama-server+ngram's n-gram key
-    length; `fim`: llama-server with FIM_PRESET's flags, as an editor's user runs it)."""
+    """Start one of SERVERS with `slots` slots (`key` and `ngram`: llama-server+ngram's n-gram
+    key length and kind of pool; `fim`: llama-server with FIM_PRESET's flags, as an
+    editor's user runs it)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     every = str(len(os.sched_getaffinity(0)))
     duo = [sys.executable, "-m", "duo"]
     ctx = str(models.n_ctx)
-    if name in ("duo", "duo+back"):
+    if name in ("duo", "duo-editor", "duo+back"):
         lead = [
             *duo, "lead", "-m", str(models.main), "--port", str(port), "--quiet",
             "--parallel", str(slots), "-c", ctx, "--draft", str(spec.draft_max),
         ]  # fmt: skip
         types = ["--spec-type", ",".join(sorted(spec.spec_types)) or "none"]
-        if name == "duo":  # as a user types it: the pair, no placement flags
+        if name != "duo+back":  # as a user types it: the pair, no placement flags
             if spec.spec_types != DEFAULT_SPEC_TYPES:  # --spec-type: as given
                 lead += types
             if models.draft is not None:
                 lead += ["-md", str(models.draft)]
+            if name == "duo-editor":
+                lead += EDITOR_FLAGS
+                return Server(name, [lead], "duo's default placement, --cache-reuse 256", url)
             return Server(name, [lead], "duo's default placement", url)
         assert models.draft is not None
         lead += types
@@ -121,5 +129,5 @@ def start(
         ]  # fmt: skip
         devices = f"main + draft: all cores x{every}t (llama.cpp)"
     if name == "llama-server+ngram":
-        server += ["--spec-type", "ngram-mod", *ngram_flags("ngram-mod", spec.draft_max, key)]
+        server += ["--spec-type", ngram, *ngram_flags(ngram, spec.draft_max, key)]
     return Server(name, [server], devices, url)
