@@ -1,6 +1,7 @@
 """Keys and TLS: who may use the lead, who may draft for it, and how both reach it.
 
-Keys are Bearer tokens (`Authorization: Bearer KEY`; the scheme in any case, RFC 7235),
+Keys are Bearer tokens (`Authorization: Bearer KEY`; the scheme in any case, RFC 7235), or
+an `X-Api-Key: KEY` header (Anthropic's clients) where no Authorization header is sent,
 compared in constant time. Two sets:
 
     API keys      --api-key / --api-key-file / DUO_API_KEY: the API (all but /health), and
@@ -22,7 +23,7 @@ from __future__ import annotations
 import hmac
 import os
 import ssl
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,13 @@ def bearer_token(authorization: str | None) -> str | None:
     if len(parts) != 2 or parts[0].lower() != "bearer":
         return None
     return parts[1].strip() or None
+
+
+def credential(headers: Mapping[str, str]) -> str | None:
+    """A request's Authorization header; failing that, its X-Api-Key as a Bearer one."""
+    authorization = headers.get("authorization")
+    key = headers.get("x-api-key")
+    return f"Bearer {key}" if authorization is None and key is not None else authorization
 
 
 def matches(token: str | None, keys: Sequence[str]) -> bool:

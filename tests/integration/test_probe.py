@@ -18,10 +18,11 @@ are run beside it.
 
 About 1,700 requests, 26 channel connections and 9 command lines, in about 20 s on a
 2-core machine (the lead's start and a 10 s wait for the lead to give up on a silent
-drafter included). No answer is a 5xx; every 4xx is an OpenAI-style JSON error, on a
-connection that stays open; every channel connection is refused with the reason, closed
-with the reason the protocol gives, or dropped; every command line exits 2 with one line and
-no traceback. The lead ends as it began: healthy, every slot idle, the same greedy text.
+drafter included). No answer is a 5xx; every 4xx is an OpenAI-style JSON error (on the
+routes of Anthropic's API, Anthropic's), on a connection that stays open; every channel
+connection is refused with the reason, closed with the reason the protocol gives, or
+dropped; every command line exits 2 with one line and no traceback. The lead ends as it
+began: healthy, every slot idle, the same greedy text.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ MiB = 1024 * 1024
 NOT_UTF8 = "\ue000"  # a text that `encode` writes as bytes that are not UTF-8
 CHEAP = {"max_tokens": 1, "temperature": 0}  # what a request that is served may cost
 ERROR_KEYS = {"message", "type", "param", "code"}
+ANTHROPIC_ERROR_KEYS = {"message", "type"}
 Json = Any
 
 
@@ -114,6 +116,16 @@ class Route:
     # what the document says the route may answer that is no fault of the lead's: 501 (a
     # request the served model cannot do, such as infill without FIM tokens)
     refusals: frozenset[int] = frozenset()
+    anthropic: bool = False  # its errors have Anthropic's shape, not OpenAI's
+
+
+def _error_shape(answers: dict[str, Json]) -> str | None:
+    """The name of the schema of a route's error answers."""
+    for status, answer in answers.items():
+        if status.startswith("4"):
+            ref = answer.get("content", {}).get("application/json", {}).get("schema", {})
+            return str(ref.get("$ref", "")).rsplit("/", 1)[-1] or None
+    return None
 
 
 def route_table(doc: dict[str, Json]) -> list[Route]:
@@ -133,6 +145,7 @@ def route_table(doc: dict[str, Json]) -> list[Route]:
                     body.get("schema"),
                     events and not body,
                     frozenset({501} & {int(status) for status in answers}),
+                    _error_shape(answers) == "AnthropicError",
                 )
             )
     assert {r.method for r in routes} == {"GET", "POST", "WEBSOCKET"}, routes
@@ -334,6 +347,8 @@ BAD_KEYS = {  # Authorization headers the API refuses (None: no header)
 class HttpProbe:
     """Every request on one keep-alive connection (one client port), each answer checked."""
 
+    anthropic = False  # the route being probed has Anthropic's errors
+
     def __init__(self, url: str) -> None:
         self.url = url
         self.client = httpx.Client(base_url=url, timeout=TIMEOUT)
@@ -368,13 +383,14 @@ class HttpProbe:
         assert r.status_code < 500 or r.status_code in refusals, (what, r.status_code, r.text)
         assert expect is None or r.status_code == expect, (what, r.status_code, r.text[:300])
         if r.status_code >= 400:
-            assert_error_body(r, what)
+            assert_error_body(r, what, self.anthropic)
         port = r.extensions["network_stream"].get_extra_info("client_addr")[1]
         assert self.port in (None, port), f"the lead closed the connection after {what}"
         self.port = port
         return r
 
     def route(self, route: Route, schemas: Schemas) -> None:
+        self.anthropic = route.anthropic
         for method in OTHER_METHODS:  # a WebSocket's path, in plain HTTP, is no route
             if method != route.method:
                 expect = 404 if route.method == "WEBSOCKET" else 405
@@ -413,20 +429,26 @@ class HttpProbe:
             r = post(what, content=encode(body))
             if r.status_code == 400:  # names the field, or none where the body is not JSON
                 field = re.split(r"[.=]", what)[0] if is_json(bad) else None
-                assert r.json()["error"]["param"] == field, (what, r.text[:300])
+                if not route.anthropic:
+                    assert r.json()["error"]["param"] == field, (what, r.text[:300])
+                elif field is not None:  # Anthropic's errors name it in their message
+                    assert field in r.json()["error"]["message"], (what, r.text[:300])
 
 
-def assert_error_body(r: httpx.Response, what: str) -> None:
+def assert_error_body(r: httpx.Response, what: str, anthropic: bool = False) -> None:
     assert r.headers.get("content-type", "").startswith("application/json"), (what, r.headers)
+    if anthropic:
+        assert r.json()["type"] == "error", (what, r.text[:300])
     error = r.json()["error"]
-    assert set(error) == ERROR_KEYS, (what, error)
+    assert set(error) == (ANTHROPIC_ERROR_KEYS if anthropic else ERROR_KEYS), (what, error)
     assert isinstance(error["message"], str) and error["message"], (what, error)
     assert "Traceback" not in r.text, (what, r.text[:300])
     expected = {
         401: "authentication_error",
         404: "not_found_error",
         405: "invalid_request_error",
-        501: "not_supported_error",
+        501: "api_error" if anthropic else "not_supported_error",
+        413: "request_too_large" if anthropic else "invalid_request_error",
     }.get(r.status_code, "invalid_request_error")
     assert error["type"] == expected, (what, r.status_code, error)
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from duo.auth import credential
 from duo.channel import protocol as p
 from duo.channel.backs import Backs, Remote
 from duo.errors import ProtocolError
@@ -134,7 +135,7 @@ class DrafterEndpoint:
             data = await asyncio.wait_for(_receive_bytes(ws), HANDSHAKE_SECONDS)
         except TimeoutError:
             raise ProtocolError(f"no HELLO within {HANDSHAKE_SECONDS:g} s") from None
-        reason = self.refusal(ws.headers.get("authorization"))
+        reason = self.refusal(credential(ws.headers))
         if reason:
             await self._refuse(ws, reason, name=None)
             return None

@@ -4,6 +4,9 @@ described by one OpenAPI document (duo.lead.openapi).
 
     POST /v1/chat/completions, /v1/completions; GET /v1/models
                                 the OpenAI endpoints (duo.lead.openai.completions)
+    POST /v1/responses          OpenAI's Responses API (duo.lead.responses.routes)
+    POST /v1/messages, /v1/messages/count_tokens
+                                Anthropic's Messages API (duo.lead.anthropic.messages)
     POST /completion, /completions, /infill
                                 llama.cpp's native endpoints (duo.lead.native.routes)
     POST /tokenize, /detokenize, /apply-template; GET /props
@@ -35,7 +38,8 @@ from starlette.websockets import WebSocket
 
 from duo.channel import protocol
 from duo.channel.endpoint import DrafterEndpoint
-from duo.errors import DuoError
+from duo.errors import DuoError, http_status
+from duo.lead.anthropic.messages import Messages
 from duo.lead.engine.lead import Lead, Status
 from duo.lead.engine.metrics import Metrics
 from duo.lead.format import duo_error_response, error_response
@@ -46,7 +50,8 @@ from duo.lead.openai.prompts import Prompts
 from duo.lead.openai.reasoning import Format
 from duo.lead.openapi import openapi_schema
 from duo.lead.protocol.llama import Health, SlotState
-from duo.lead.routes import Answer, Operation, starlette_routes
+from duo.lead.responses.routes import Responses
+from duo.lead.routes import Answer, Dialect, Operation, starlette_routes
 from duo.lead.verifier.service import Verifier
 
 
@@ -70,9 +75,12 @@ class Api:
         self.prompts = Prompts(lead)
         self.completions = Completions(lead, self.prompts, reasoning_format)
         self.extensions = Extensions(lead, self.prompts)
+        self.responses = Responses(self.completions)
+        self.messages = Messages(self.completions)
         self.native = Native(lead, self.prompts, spm_infill)
         self.verifier = Verifier(lead, self.prompts)
         self._operations: list[Operation] = []  # what the app serves, for its document
+        self._dialects: dict[str, Dialect] = {}  # paths whose errors have their own shape
         self._document: dict[str, Any] | None = None
 
     def app(self, more: Sequence[Operation] = (), cors_origins: Sequence[str] = ()) -> Starlette:
@@ -80,6 +88,7 @@ class Api:
         `cors_origins` ("*": any) may call it (CORS: preflights answered, the headers
         set). Credentials mode is never allowed: keys go in the Authorization header."""
         self._operations = [*self.operations(), *more]
+        self._dialects = {op.path: op.dialect for op in self._operations if op.dialect}
         self._document = None
         routes = starlette_routes(self._operations, self.authorize, self.max_body)
         handlers = {
@@ -91,7 +100,7 @@ class Api:
             CORSMiddleware,
             allow_origins=list(cors_origins),
             allow_methods=["GET", "POST"],
-            allow_headers=["Authorization", "Content-Type"],
+            allow_headers=["Authorization", "Content-Type", "X-Api-Key", "Anthropic-Version"],
             allow_credentials=False,
             max_age=600,
         )
@@ -120,6 +129,8 @@ class Api:
                 Answer(description="text format 0.0.4", media="text/plain"),
             ),
             *self.completions.operations(),
+            *self.responses.operations(),
+            *self.messages.operations(),
             *self.native.operations(),
             *self.extensions.operations(),
             Operation(
@@ -148,19 +159,27 @@ class Api:
 
     # -- errors -----------------------------------------------------------------------
 
+    # Each in OpenAI's shape, or in that of the API the path belongs to (Anthropic's).
+
     async def _duo_error(self, request: Request, e: Exception) -> Response:
         assert isinstance(e, DuoError)
-        return duo_error_response(e)
+        dialect = self._dialects.get(request.url.path)
+        return duo_error_response(e) if dialect is None else dialect.respond(*_status(e))
 
     async def _http_error(self, request: Request, e: Exception) -> Response:
         assert isinstance(e, HTTPException)
+        dialect = self._dialects.get(request.url.path)
         kind = "not_found_error" if e.status_code == 404 else "invalid_request_error"
-        response = error_response(e.status_code, str(e.detail), kind=kind)
+        response = (
+            error_response(e.status_code, str(e.detail), kind=kind)
+            if dialect is None
+            else dialect.respond(e.status_code, str(e.detail))
+        )
         response.headers.update(e.headers or {})  # a 405's Allow
         return response
 
     async def _internal_error(self, request: Request, e: Exception) -> Response:
-        return error_response(500, "internal server error", kind="server_error")
+        return await self._duo_error(request, DuoError("internal server error"))
 
     # -- endpoints ----------------------------------------------------------------------
 
@@ -207,3 +226,10 @@ def health_body(s: Status) -> Health:
         "queued": s.queued,
         "time": s.time,
     }
+
+
+def _status(e: DuoError) -> tuple[int, str]:
+    """An error's status and message, the message naming the field at fault (an error
+    shape with no `param`, such as Anthropic's, says it there)."""
+    named = e.param is None or e.param in e.message
+    return http_status(e)[0], e.message if named else f"{e.param}: {e.message}"

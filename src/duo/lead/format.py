@@ -9,10 +9,10 @@ requests are typed models: duo.lead.openai.requests.)
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, StreamingResponse
 
 from duo.errors import DuoError, http_status
 from duo.lead.protocol.openai import ErrorBody
@@ -36,6 +36,18 @@ def duo_error_response(e: DuoError) -> JSONResponse:
     return error_response(status, e.message, kind=kind, param=e.param, code=e.code)
 
 
-def sse(data: Mapping[str, Any] | str) -> bytes:
+def sse(data: Mapping[str, Any] | str, event: str | None = None) -> bytes:
+    """One server-sent event: its JSON (or text) as `data`, named `event` if given (as
+    Anthropic's and the Responses API's streams name theirs)."""
     payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
-    return f"data: {payload}\n\n".encode()
+    named = "" if event is None else f"event: {event}\n"
+    return f"{named}data: {payload}\n\n".encode()
+
+
+def event_stream(events: AsyncIterator[bytes]) -> StreamingResponse:
+    """An answer of server-sent events, kept from proxies' buffers and caches."""
+    return StreamingResponse(
+        events,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

@@ -7,7 +7,8 @@ so the document states the fields, defaults and bounds the lead enforces; a test
 two together. The response schemas are those of the typed dicts the answers are built as
 (duo.lead.protocol). The drafter channel, a WebSocket, appears as the GET that
 upgrades to it (OpenAPI has no words for a WebSocket's messages: duo.channel.protocol
-defines them). Every error answer has OpenAI's error shape (`ErrorBody`).
+defines them). Every error answer has OpenAI's error shape (`ErrorBody`), but those of
+Anthropic's Messages API, which have Anthropic's (`AnthropicError`).
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ DESCRIPTION = """An OpenAI-compatible API with llama-server's extension endpoint
 by the main model of duo's speculative decoding.
 
 In a request, null means a field's default, and unknown fields are ignored. Every error \
-has OpenAI's error shape. The drafter channel at /v1/drafter is a WebSocket of binary \
-frames for `duo back` (duo.channel.protocol)."""
+has OpenAI's error shape, but those of /v1/messages, which have Anthropic's. The drafter \
+channel at /v1/drafter is a WebSocket of binary frames for `duo back` (duo.channel.protocol)."""
 
 
 def openapi_schema(operations: Sequence[Operation]) -> dict[str, Any]:
@@ -51,7 +52,8 @@ def openapi_schema(operations: Sequence[Operation]) -> dict[str, Any]:
     bodies = [op.body for op in operations if op.body is not None]
     answers = [a for op in operations for a in (op.answer, *op.more)]
     shapes = [x for a in answers for x in (a.shape, a.chunk) if x is not None]
-    types = [*dict.fromkeys([*bodies, *shapes, ErrorBody])]
+    dialects = [op.dialect.shape for op in operations if op.dialect is not None]
+    types = [*dict.fromkeys([*bodies, *shapes, ErrorBody, *dialects])]
     refs, components = msgspec.json.schema_components(types, ref_template=REF)
     ref = dict(zip(types, refs, strict=True))
 
@@ -71,7 +73,8 @@ def openapi_schema(operations: Sequence[Operation]) -> dict[str, Any]:
 
     def operation(op: Operation) -> Schema:
         errors = METHOD_ERRORS[op.method] if op.errors is None else op.errors
-        error = {"content": {"application/json": {"schema": ref[ErrorBody]}}}
+        shape = ErrorBody if op.dialect is None else op.dialect.shape
+        error = {"content": {"application/json": {"schema": ref[shape]}}}
         out: Schema = {
             "summary": op.summary,
             "responses": {a.status: answer(a) for a in (op.answer, *op.more)}

@@ -4,7 +4,8 @@ made, so that nothing is served that the document leaves out, nor described that
 served.
 
     Operation   path, method, handler, the request body's type, its answers, whether the
-                API key is required, a summary
+                API key is required, a summary, and the shape of its errors (OpenAI's,
+                unless the API it belongs to has its own: Anthropic's)
     Answer      one answer of an operation: a JSON shape, or another media type, or JSON
                 whole and server-sent events with `stream`
 
@@ -26,9 +27,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
+from duo.auth import credential
 from duo.errors import AuthError, DuoError
 from duo.lead.body import decode, read_body
-from duo.lead.format import error_response
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +68,24 @@ class Operation:
     auth: bool = True
     errors: tuple[str, ...] | None = None
     more: tuple[Answer, ...] = ()
+    dialect: Dialect | None = None  # its errors' shape, if not OpenAI's
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """The errors of an API with a shape of its own: its body's type (for the document)
+    and what writes an error (its HTTP status and message) as that body."""
+
+    shape: Any
+    respond: Callable[[int, str], Response]
 
 
 def starlette_routes(
     operations: Sequence[Operation], authorize: Callable[[str | None], bool], max_body: int
 ) -> list[BaseRoute]:
     """The routes that serve `operations`, in their order: `authorize` judges the
-    Authorization header where a key is required, `max_body` bounds a request body."""
+    Authorization header (or an X-Api-Key header, as Anthropic's clients send the key)
+    where a key is required, `max_body` bounds a request body."""
 
     def route(op: Operation) -> BaseRoute:
         if op.method == "WEBSOCKET":
@@ -81,7 +93,7 @@ def starlette_routes(
         handler, kind, auth = op.handler, op.body, op.auth
 
         async def endpoint(request: Request) -> Response:
-            if auth and not authorize(request.headers.get("authorization")):
+            if auth and not authorize(credential(request.headers)):
                 raise AuthError()
             if kind is None:
                 response: Response = await handler(request)
@@ -95,8 +107,9 @@ def starlette_routes(
 
 
 def _guarded(endpoint: Endpoint) -> Endpoint:
-    """An unexpected exception becomes a 500 JSON answer here, on a connection that stays
-    open: past Starlette's ServerErrorMiddleware, uvicorn would drop the connection."""
+    """An unexpected exception becomes a DuoError here, which the app answers as a 500 in
+    the route's error shape, on a connection that stays open: past Starlette's
+    ServerErrorMiddleware, uvicorn would drop the connection."""
 
     @functools.wraps(endpoint)
     async def guarded(request: Request) -> Response:
@@ -108,6 +121,6 @@ def _guarded(endpoint: Endpoint) -> Endpoint:
             return Response(status_code=499)  # nobody is there to read it
         except Exception:
             log.exception("%s %s failed", request.method, request.url.path)
-            return error_response(500, "internal server error", kind="server_error")
+            raise DuoError("internal server error") from None  # a 500, in the route's shape
 
     return guarded

@@ -31,7 +31,9 @@ LEAD_LAYERS = (
     ("tools", "format"),  # tool calls and their grammars; error bodies and SSE
     ("routes",),  # the route table, and the Starlette routes made from it
     ("openapi", "openai", "verifier", "web"),  # the document; the API's parts
-    ("native",),  # llama.cpp's native routes, on the OpenAI part's requests and delivery
+    # llama.cpp's native routes, Anthropic's Messages API and OpenAI's Responses API, on the
+    # OpenAI part's requests, prepare step and delivery
+    ("native", "anthropic", "responses"),
     ("api",),  # the app: the parts' operations in one table
     ("build",),  # the composition root
 )

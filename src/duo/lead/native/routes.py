@@ -21,13 +21,13 @@ from contextlib import aclosing
 from dataclasses import dataclass
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from duo.core.limits import Limits
 from duo.errors import NotSupported
 from duo.lead.engine.events import Delta, Done, Job
 from duo.lead.engine.lead import Lead
-from duo.lead.format import sse
+from duo.lead.format import event_stream, sse
 from duo.lead.native import answers
 from duo.lead.native.infill import FIM_BATCH, FileChunk, infill_prompt, missing_tokens
 from duo.lead.native.requests import CompletionBody, InfillBody, NativeSampling, SubPrompt
@@ -156,11 +156,7 @@ class Native:
 
     async def _answer(self, request: Request, run: Run) -> Response:
         if run.stream:
-            return StreamingResponse(
-                self._events(run),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
+            return event_stream(self._events(run))
         collected = await collect(self.lead, run.jobs, request)
         if collected is None:
             return Response(status_code=499)  # nobody is there to read it

@@ -1,6 +1,7 @@
 """The chat request: its messages, tools and tool_choice, on top of the shared sampling fields.
 
     ChatRequest        POST /v1/chat/completions; /apply-template takes the same body
+    chat_request(...)  one made from another API's request (Anthropic's, Responses)
     .template_messages()  the conversation as chat templates take it
     .offered_tools()      the tools the reply may call, and how (duo.lead.tools.calls.Tools)
 
@@ -14,11 +15,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+import msgspec
 from msgspec import Meta
 
 from duo.core.logprobs import MAX_TOP_LOGPROBS
 from duo.errors import UsageError
-from duo.lead.body import Fields
+from duo.lead.body import Fields, field_error
 from duo.lead.openai.requests import Json, Sampling
 from duo.lead.tools.calls import MAX_TOOLS, Tools
 
@@ -183,3 +185,13 @@ class ChatRequest(Sampling, kw_only=True):
         if isinstance(choice, NamedTool):
             return Tools(functions, choice.function.name, parallel)
         return Tools(functions, "required" if choice == "required" else "auto", parallel)
+
+
+def chat_request(fields: Json) -> ChatRequest:
+    """A ChatRequest from another API's translation of a request (duo.lead.anthropic,
+    duo.lead.responses); what is still wrong with it is that request's fault (a tool's
+    schema that is not an object, say): a UsageError."""
+    try:
+        return msgspec.convert(fields, ChatRequest)
+    except msgspec.ValidationError as e:
+        raise field_error(str(e)) from None

@@ -29,7 +29,7 @@ from duo.lead.openai.delivery import respond
 from duo.lead.openai.logprobs import CompletionLogprobs, chat_logprobs
 from duo.lead.openai.prompts import Prompts
 from duo.lead.openai.reasoning import Format, opened_by
-from duo.lead.openai.replies import ChatReply, CompletionReply, Reply
+from duo.lead.openai.replies import ChatReply, CompletionReply, Reply, Shape
 from duo.lead.openai.requests import CompletionRequest, Output
 from duo.lead.protocol.openai import (
     ChatCompletion,
@@ -108,20 +108,27 @@ class Completions:
     async def chat(self, request: Request, body: ChatRequest) -> Response:
         ready = await self.prepare(body)
         shape = (lambda e: chat_logprobs(e, self.lead.piece)) if ready.logprobs else None
-        reasoning = body.reasoning_format or self.reasoning_format
-        reasoning = "deepseek" if reasoning == "auto" else reasoning
-        opened = opened_by(ready.text)
-        replies = [
-            ChatReply(i, ready.tools, shape, reasoning, opened) for i in range(ready.output.n)
-        ]
+        replies = [self.chat_reply(body, ready, i, shape) for i in range(ready.output.n)]
         kind = "chat.completion.chunk" if ready.output.stream else "chat.completion"
         return await self._respond(request, ready, replies, "chatcmpl", kind)
 
-    async def prepare(self, body: CompletionRequest | ChatRequest) -> Prepared:
+    def chat_reply(
+        self, body: ChatRequest, ready: Prepared, index: int = 0, shape: Shape | None = None
+    ) -> ChatReply:
+        """Choice `index` of a prepared chat: its thoughts apart from its answer as the request
+        or the lead's --reasoning-format says, its tool calls parsed out."""
+        reasoning = body.reasoning_format or self.reasoning_format
+        reasoning = "deepseek" if reasoning == "auto" else reasoning
+        return ChatReply(index, ready.tools, shape, reasoning, opened_by(ready.text))
+
+    async def prepare(
+        self, body: CompletionRequest | ChatRequest, param: str = "messages"
+    ) -> Prepared:
         """What a completion and a chat request both go through, in this order (the first
         fault is the one reported): the sampling and the grammar its response_format asks
         for; the prompt's tokens (a chat's messages and tools through the chat template, and
-        the grammar of a forced tool call); then one job per choice."""
+        the grammar of a forced tool call); then one job per choice. A chat prompt's faults
+        are the `param` field's (another API's doors name their own)."""
         n_ctx, n_vocab = self.info.n_ctx, self.info.n_vocab
         sampling = body.sampling(n_ctx, n_vocab)
         sampling = await self.prompts.format_grammar(sampling, body.response_format)
@@ -129,8 +136,8 @@ class Completions:
         if isinstance(body, ChatRequest):
             text, tools = await self.prompts.chat(body)
             # Rendered, then tokenized: the size check comes between them.
-            tokens = await self.prompts.tokenize(text, add_special=False, param="messages")
-            self.prompts.check_fits(tokens, "messages")
+            tokens = await self.prompts.tokenize(text, add_special=False, param=param)
+            self.prompts.check_fits(tokens, param)
             if tools is not None and tools.forced:
                 sampling = await self.prompts.tool_grammar(sampling, tools)
         else:

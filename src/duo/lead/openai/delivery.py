@@ -10,10 +10,10 @@ come, tagged by index, with the `duo` field saying where each piece came from
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -23,12 +23,14 @@ from duo.core.stats import Stats
 from duo.errors import GenerationFailed
 from duo.lead.engine.events import Delta, Done, Failed, Job
 from duo.lead.engine.lead import Lead
-from duo.lead.format import sse
+from duo.lead.format import event_stream, sse
 from duo.lead.openai.choices import combined, merged_events
 from duo.lead.openai.origin import StreamOrigins
 from duo.lead.openai.replies import Entry, Reply
 from duo.lead.openai.requests import Output
 from duo.lead.protocol.openai import timings, usage
+
+T = TypeVar("T")
 
 
 async def disconnected(request: Request) -> None:
@@ -76,17 +78,20 @@ async def collect(lead: Lead, jobs: list[Job], request: Request) -> list[Collect
     cancelling the task that reads Lead.events leaves the queue, or sets job.cancelled
     and waits for the engine to stop at the end of its round.
     """
-    collecting = asyncio.ensure_future(_events(lead, jobs))
+    return await unless_gone(request, _events(lead, jobs))
+
+
+async def unless_gone(request: Request, work: Coroutine[Any, Any, T]) -> T | None:
+    """What `work` returns; None if the client goes away first, which cancels it."""
+    running = asyncio.ensure_future(work)
     watching = asyncio.ensure_future(disconnected(request))
     try:
-        await asyncio.wait((collecting, watching), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((running, watching), return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (collecting, watching):
+        for task in (running, watching):
             task.cancel()
-        await asyncio.gather(collecting, watching, return_exceptions=True)
-    if collecting.cancelled():
-        return None
-    return collecting.result()
+        await asyncio.gather(running, watching, return_exceptions=True)
+    return None if running.cancelled() else running.result()
 
 
 async def _events(lead: Lead, jobs: list[Job]) -> list[Collected]:
@@ -158,8 +163,4 @@ def _stream(
             yield sse({**chunk(None), "usage": usage(total), "timings": timings(total)})
         yield sse("[DONE]")
 
-    return StreamingResponse(
-        events(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    return event_stream(events())

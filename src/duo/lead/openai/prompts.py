@@ -3,6 +3,7 @@
     Prompts.chat(request)       a chat's prompt text, through the model's own chat template
     Prompts.tokenize(text)      its tokens, after a size check that needs none
     Prompts.tokenize_parts(...) texts and token IDs, in order, as tokens
+    Prompts.check_size(texts)   whether texts could fit the context, by their bytes
     Prompts.token_ids(ids)      token IDs a request gives, checked against the vocabulary
     Prompts.check_fits(tokens)  whether a prompt leaves room in the context
     Prompts.format_grammar(...) the grammar a response_format asks for
@@ -90,13 +91,7 @@ class Prompts:
         texts = [part for part in parts if isinstance(part, str)]
         if len(texts) > MAX_TEXTS:
             raise UsageError(f"'{param}' may hold at most {MAX_TEXTS} texts", param=param)
-        size = sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
-        if self.max_prompt_bytes is not None and size > self.max_prompt_bytes:
-            raise PromptTooLong(
-                f"the prompt is {size} bytes, more than any {self.info.n_ctx}-token "
-                f"context can hold ({self.max_prompt_bytes} bytes)",
-                param=param,
-            )
+        self.check_size(texts, param)
         self.token_ids([part for part in parts if not isinstance(part, str)], param)
 
         def tokens() -> list[int]:
@@ -113,6 +108,17 @@ class Prompts:
             return await asyncio.to_thread(tokens)
         except UnicodeEncodeError:  # a lone surrogate the decoder did not see
             raise UsageError("the prompt is not valid text", param=param) from None
+
+    def check_size(self, texts: Sequence[str], param: str) -> None:
+        """Whether texts could fit the context at all, by their bytes (no token is more
+        than the vocabulary's longest): a PromptTooLong naming `param` if they cannot."""
+        size = sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
+        if self.max_prompt_bytes is not None and size > self.max_prompt_bytes:
+            raise PromptTooLong(
+                f"the prompt is {size} bytes, more than any {self.info.n_ctx}-token "
+                f"context can hold ({self.max_prompt_bytes} bytes)",
+                param=param,
+            )
 
     def token_ids(self, tokens: Sequence[int], param: str) -> list[int]:
         """Token IDs from a request (never negative: the request's type saw to it),

@@ -1,0 +1,1 @@
+"""Anthropic\x27s Messages API on the lead (duo.lead.anthropic.messages)."""

@@ -1,0 +1,1 @@
+"""OpenAI's Responses API on the lead (duo.lead.responses.routes)."""
