@@ -11,10 +11,14 @@ import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from duo.bench.harness import fim
+from duo.bench.harness.agents import SUITE as AGENT_SUITE
+from duo.bench.harness.agents import agent_sessions
 from duo.bench.harness.fim import SUITES as FIM_SUITES
 from duo.bench.harness.fim import InfillRequest
+from duo.bench.harness.llamacpp import NGRAM_TYPES
 from duo.bench.harness.modes import MODES as BENCH_MODES
 from duo.bench.harness.modes import PEER_MODES
 from duo.bench.harness.runners import Prompt
@@ -48,6 +52,19 @@ from duo.errors import UsageError
 from duo.llama.models import DEFAULT_PAIR, get_pair, prepare
 from duo.session.config import ModelConfig, SpecConfig, parse_pin, parse_spec_types
 
+SESSION_SUITES = (*WORKLOADS, AGENT_SUITE)  # requests in sessions, to a server
+
+
+def ngram_types(text: str) -> list[str]:
+    """--peer-ngram's kinds of n-gram pool, checked."""
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in NGRAM_TYPES]
+    if not kinds or unknown:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(unknown) or 'nothing'}: give any of {', '.join(NGRAM_TYPES)}"
+        )
+    return list(dict.fromkeys(kinds))
+
 
 def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = sub.add_parser("bench", help="measure every mode on the same prompts, side by side")
@@ -65,17 +82,19 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "-n",
         "--n-predict",
         type=positive,
-        help="tokens per prompt (default 128; 512 with --suite code-edit, whose answers are "
-        "whole files)",
+        help="tokens per prompt (default 128; 512 with --suite code-edit and agent-edit, whose "
+        "answers are whole files)",
     )
     g.add_argument("--prompts", help="a JSON-lines prompt file of your own")
     g.add_argument(
         "--suite",
-        choices=("chat", "grounded", "all", *WORKLOADS, *FIM_SUITES),
+        choices=("chat", "grounded", "all", *SESSION_SUITES, *FIM_SUITES),
         default="chat",
         help="bundled prompts: chat (12 everyday prompts), grounded (18 prompts whose "
         "answers reuse the prompt), all (default %(default)s); with --clients, sessions "
-        "of dependent requests too: agent, multiturn, code-edit (see duo.bench.harness.workloads); "
+        "of dependent requests too: agent, multiturn, code-edit (see duo.bench.harness.workloads), "
+        "and agent-edit, a coding agent's sessions through /v1/messages, sent by the anthropic "
+        "SDK with tools (duo.bench.harness.agents); "
         "and an editor's fill-in-the-middle requests to /infill, from the standard library: "
         "fim, fim-holdout for a final measurement, and fim-edit, an editing session whose "
         "chunks move (duo.bench.harness.fim); llama-server "
@@ -190,6 +209,14 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "(--spec-ngram-mod-n-match), each a server of its own, SERVER/nN (default 3)",
     )
     g.add_argument(
+        "--peer-ngram",
+        type=ngram_types,
+        metavar="LIST",
+        help="for --clients: the kinds of n-gram pool llama-server+ngram runs with "
+        f"(--spec-type; any of {', '.join(NGRAM_TYPES)}), each a server of its own, "
+        "llama-server+KIND (default ngram-mod)",
+    )
+    g.add_argument(
         "--spec-type",
         metavar="TYPES",
         help="for --clients: the draft sources of duo's servers, as duo lead takes them "
@@ -205,9 +232,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.prompts and args.suite != "chat":
         raise UsageError("give either --prompts FILE or --suite, not both")
     infills = _infills(args)
-    if (args.suite in WORKLOADS or infills) and not args.clients:
+    if (args.suite in SESSION_SUITES or infills) and not args.clients:
         raise UsageError(f"--suite {args.suite} is requests to a server: add --clients")
-    listed = args.suite in WORKLOADS or infills
+    listed = args.suite in SESSION_SUITES or infills
     prompts = [] if listed else bench.load_prompts(args.prompts, args.suite)
     if args.n_predict is None:
         args.n_predict = ANSWER_TOKENS.get(args.suite, 128)
@@ -226,8 +253,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         draft_cores=draft_cores,
         adaptive=args.policy == "adaptive",
     )
-    if (args.peer_draft or args.peer_key) and not args.clients:
-        raise UsageError("--peer-draft and --peer-key set --clients' llama-server peers")
+    if (args.peer_draft or args.peer_key or args.peer_ngram) and not args.clients:
+        raise UsageError(
+            "--peer-draft, --peer-key and --peer-ngram set --clients' llama-server peers"
+        )
     if args.spec_type is not None:
         if not args.clients:
             raise UsageError("--spec-type sets the draft sources of --clients' servers")
@@ -338,11 +367,18 @@ def _bench_clients(
 ) -> int:
     from duo.bench.harness import clients
 
-    servers = args.servers or [
-        s for s in SERVERS if not s.startswith("llama-server") or args.llama_cpp_bin
-    ]
-    work = sessions(args.suite) if args.suite in WORKLOADS else prompts
+    work: list[Any] = prompts
+    if args.suite == AGENT_SUITE:
+        work = agent_sessions()
+    elif args.suite in WORKLOADS:
+        work = sessions(args.suite)
     fim_peers = bool(prompts) and isinstance(prompts[0], dict)
+    servers = args.servers or [
+        s
+        for s in SERVERS
+        if (not s.startswith("llama-server") or args.llama_cpp_bin)
+        and (s != "duo-editor" or fim_peers)  # the editor setup, for editors' requests
+    ]
     report = clients.run(
         models,
         spec,
@@ -357,6 +393,7 @@ def _bench_clients(
         suite=args.suite,
         peer_drafts=args.peer_draft,
         peer_keys=args.peer_key,
+        peer_ngrams=args.peer_ngram,
         interleave=_interleave(args.order, models),
         fim=fim_peers,
     )

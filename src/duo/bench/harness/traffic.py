@@ -2,7 +2,8 @@
 client's requests streamed, and what it measured of them (duo.bench.harness.clients runs
 the servers and reports).
 
-    load(url, work, clients, ...)   clients at once over texts, sessions or infill requests
+    load(url, work, clients, ...)   clients at once over texts, sessions, infill requests
+                                    or agent sessions (duo.bench.harness.agents)
     stream_completion(...)          one streamed /v1/completions request
     stream_infill(...)              one streamed /infill request (llama.cpp's native events)
 
@@ -21,12 +22,14 @@ from typing import Any
 
 import httpx
 
+from duo.bench.harness import agents
+from duo.bench.harness.agents import AgentSession
 from duo.bench.harness.fim import InfillRequest
 from duo.bench.harness.workloads import WorkloadSession
 from duo.core.sampling import SamplingParams
 from duo.errors import GenerationFailed
 
-Work = list[str] | list[WorkloadSession] | list[InfillRequest]
+Work = list[str] | list[WorkloadSession] | list[InfillRequest] | list[AgentSession]
 
 
 @dataclass
@@ -63,6 +66,9 @@ def load(
         try:
             with httpx.Client(base_url=url, timeout=600) as http:
                 for item in work[j::clients]:
+                    if isinstance(item, AgentSession):
+                        play_agent(agents.client(url), item, n, sampling, runs[j])
+                        continue
                     if isinstance(item, str):
                         stream_completion(http, item, n, sampling, runs[j])
                         continue
@@ -174,14 +180,34 @@ def _timed(
             timings = chunk.get("timings") or {}
             if usage.get("completion_tokens") or timings.get("predicted_n"):
                 tokens = usage.get("completion_tokens") or timings["predicted_n"]
-            if "draft_n" in timings:
-                out.drafted += int(timings["draft_n"])
-                out.accepted += int(timings.get("draft_n_accepted", 0))
-                for source, x in (timings.get("draft_sources") or {}).items():
-                    accepted, drafted = int(x.get("draft_n_accepted", 0)), int(x.get("draft_n", 0))
-                    tally(out.sources, source, accepted, drafted)
+            drafts(out, timings)
     out.tokens += int(tokens)
     return "".join(pieces)
+
+
+def drafts(out: ClientFigures, timings: dict[str, Any]) -> None:
+    """Add the drafts a server's `timings` report (duo's) to `out`."""
+    if "draft_n" in timings:
+        out.drafted += int(timings["draft_n"])
+        out.accepted += int(timings.get("draft_n_accepted", 0))
+        for source, x in (timings.get("draft_sources") or {}).items():
+            accepted, drafted = int(x.get("draft_n_accepted", 0)), int(x.get("draft_n", 0))
+            tally(out.sources, source, accepted, drafted)
+
+
+def play_agent(
+    client: Any, session: AgentSession, n: int, sampling: SamplingParams, out: ClientFigures
+) -> None:
+    """One agent session through /v1/messages (duo.bench.harness.agents); its figures go
+    to `out` (each delta counted as one token among the inter-token latencies: Anthropic's
+    events do not say how many tokens spelled them)."""
+    for timed in agents.play(client, session, n, sampling):
+        if timed.ttft is not None:
+            out.ttft.append(timed.ttft)
+        out.gaps += timed.gaps
+        out.itl += timed.gaps
+        out.tokens += timed.tokens
+        drafts(out, timed.timings)
 
 
 def tally(into: dict[str, list[int]], source: str, accepted: int, drafted: int) -> None:

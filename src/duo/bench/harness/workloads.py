@@ -31,7 +31,7 @@ SESSIONS = 8  # per workload
 # `duo bench -n`'s default per workload: room for a whole answer (a code-edit answer is
 # the whole file, 350-500 tokens of the code model's), so the servers do what a client
 # asks rather than the first lines of it.
-ANSWER_TOKENS = {"code-edit": 512}
+ANSWER_TOKENS = {"code-edit": 512, "agent-edit": 512}  # (agent-edit: duo.bench.harness.agents)
 
 
 @dataclass(frozen=True)
