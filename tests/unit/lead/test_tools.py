@@ -292,12 +292,19 @@ def test_parse_tool_calls(text: str, content: str | None, calls: list[tuple[str,
 
 def stream_pieces(text: str, cuts: list[int]) -> tuple[str, list[Any]]:
     stream = ToolCallStream(NAMES)
-    out = []
+    out, pieces = [], []
     last = 0
     for cut in [*sorted(set(cuts)), len(text)]:
-        out.append(stream.feed(text[last:cut]))
+        content, more = stream.feed(text[last:cut])
+        out.append(content)
+        pieces += more
         last = cut
     rest, calls = stream.finish()
+    # A streamed call's pieces spell its arguments as written, with the ID it ends with.
+    for k in range(len(stream.streamed)):
+        assert [p.id for p in pieces if p.index == k and p.id] == [calls[k].id]
+        written = "".join(p.arguments for p in pieces if p.index == k)
+        assert json.loads(written) == json.loads(calls[k].arguments)
     return "".join(out) + rest, calls
 
 
@@ -324,11 +331,33 @@ def test_streamed_parse_equals_the_whole_parse(text: str, cuts: list[int]) -> No
     assert [(c.name, c.arguments) for c in streamed_calls] == [(c.name, c.arguments) for c in calls]
 
 
-def test_content_streams_before_the_call_is_whole() -> None:
+def test_content_streams_before_the_call_and_the_call_s_arguments_as_they_come() -> None:
     stream = ToolCallStream(NAMES)
-    assert stream.feed("Let me") == "Let me"
-    assert stream.feed(" check.\n<tool") == " check."
-    assert stream.feed('_call>{"name": "get_time", ') == ""
-    assert stream.feed('"arguments": {}}</tool_call>') == ""
+    assert stream.feed("Let me") == ("Let me", [])
+    assert stream.feed(" check.\n<tool") == (" check.", [])
+    assert stream.feed('_call>{"name": "get_time", ') == ("", [])
+    content, pieces = stream.feed('"arguments": {"tz": "U')
+    assert content == "" and pieces[0].name == "get_time" and pieces[0].id.startswith("call_")
+    assert "".join(p.arguments for p in pieces) == '{"tz": "U'
+    content, pieces = stream.feed('TC"}}</tool_call>')
+    assert "".join(p.arguments for p in pieces) == 'TC"}'  # the arguments' end, no more
     rest, calls = stream.finish()
-    assert rest == "" and [c.name for c in calls] == ["get_time"]
+    assert rest == "" and [(c.name, c.id) for c in calls] == [("get_time", stream.streamed[0].id)]
+
+
+def test_a_call_cut_short_stands_as_it_was_streamed() -> None:
+    stream = ToolCallStream(NAMES)
+    _, pieces = stream.feed('```json\n{"name": "get_time", "arguments": {"tz": "Europe/')
+    assert [p.name for p in pieces if p.id] == ["get_time"]
+    assert stream.finish() == ("", [])  # no content, and no call but the one sent
+
+
+def test_a_brace_in_a_string_does_not_end_the_arguments() -> None:
+    stream = ToolCallStream(NAMES)
+    _, pieces = stream.feed('{"name": "get_time", "arguments": {"tz": "a}\\"}", "x": [1]}}')
+    assert "".join(p.arguments for p in pieces) == '{"tz": "a}\\"}", "x": [1]}'
+
+
+def test_an_unoffered_function_does_not_stream() -> None:
+    stream = ToolCallStream(NAMES)
+    assert stream.feed('{"name": "rm_rf", "arguments": {"path": "/"}}') == ("", [])

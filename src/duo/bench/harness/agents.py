@@ -137,9 +137,11 @@ def _request(
 ) -> tuple[Timed, list[Json]]:
     t0 = last = time.perf_counter()
     ttft, gaps, timings = None, [], {}
+    # The current SDK has no sampling arguments; the servers read them from the body.
+    sampler = {"temperature": sampling.temperature}
     with client.messages.stream(
         model="duo-bench", max_tokens=n, system=SYSTEM, tools=TOOLS, messages=messages,
-        temperature=sampling.temperature,
+        extra_body=sampler,
     ) as stream:  # fmt: skip
         for event in stream:
             if event.type == "content_block_delta" and _delta_text(event.delta):

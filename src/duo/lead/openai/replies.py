@@ -26,8 +26,9 @@ from duo.lead.protocol.openai import (
     ChatDelta,
     ChunkChoice,
     CompletionChoice,
+    FunctionDelta,
 )
-from duo.lead.tools.calls import ToolCallStream, Tools, parse_tool_calls
+from duo.lead.tools.calls import CallPiece, ToolCallStream, Tools, parse_tool_calls
 from duo.lead.tools.formats import ToolCall
 
 Entry = CompletionChoice | ChatChoice | ChunkChoice  # an entry of a response's `choices`
@@ -110,10 +111,13 @@ class ChatReply:
         if self.reasoning == "deepseek-legacy":
             answer = raw
         out = [self._entry({"reasoning_content": thoughts})] if thoughts else []
+        pieces: list[CallPiece] = []
         if self.stream is not None:
-            answer = self.stream.feed(answer)
+            answer, pieces = self.stream.feed(answer)
         if answer:
             out.append(self._entry({"content": answer}))
+        if pieces:
+            out.append(self._entry({"tool_calls": [_piece_delta(p) for p in pieces]}))
         return out
 
     def start(self) -> list[ChunkChoice]:
@@ -134,8 +138,10 @@ class ChatReply:
             rest, calls = self.stream.finish()
             if rest:
                 out.append(self._entry({"content": rest}))
+            streamed = len(self.stream.streamed)
+            if calls[streamed:]:  # the calls not streamed yet, whole
+                out.append(self._entry({"tool_calls": _call_deltas(calls, streamed)}))
             if calls:
-                out.append(self._entry({"tool_calls": _call_deltas(calls)}))
                 finish = "tool_calls"
         out.append(self._entry({}, finish))
         out[0] = self._with_held(out[0])
@@ -170,6 +176,24 @@ def _called(call: ToolCall) -> CalledTool:
     return {"id": call.id, "type": "function", "function": function}
 
 
-def _call_deltas(calls: list[ToolCall]) -> list[CalledToolDelta]:
-    """Whole calls as stream deltas, each with its position among the choice's calls."""
-    return [{"index": k, **_called(c)} for k, c in enumerate(calls)]
+def _call_deltas(calls: list[ToolCall], streamed: int = 0) -> list[CalledToolDelta]:
+    """Whole calls, but the first `streamed`, as stream deltas, each with its position among
+    the choice's calls."""
+    return [
+        {"index": k, "id": c.id, "type": "function", "function": _function(c.name, c.arguments)}
+        for k, c in enumerate(calls)
+        if k >= streamed
+    ]
+
+
+def _piece_delta(piece: CallPiece) -> CalledToolDelta:
+    """A streaming call's piece as OpenAI streams it: the first with the call's ID, type and
+    name, each with its arguments' next text."""
+    if piece.id:
+        function = _function(piece.name, piece.arguments)
+        return {"index": piece.index, "id": piece.id, "type": "function", "function": function}
+    return {"index": piece.index, "function": {"arguments": piece.arguments}}
+
+
+def _function(name: str, arguments: str) -> FunctionDelta:
+    return {"name": name, "arguments": arguments}

@@ -8,7 +8,7 @@ from the answer, tool calls parsed out of it. `turn` reads that reply's deltas a
 what each door needs to write its own events:
 
     Opened(block)         a block begins: thinking, text, or a tool call
-    Grown(block, delta)   more of its text (a call's arguments come whole, in one delta)
+    Grown(block, delta)   more of its text (a call's arguments as the model writes them)
     Closed(block)         it is complete
     Ended(...)            the turn is over: why, the stop string, the figures, every block
 
@@ -89,11 +89,16 @@ class _Blocks:
             if delta.get("content"):
                 steps += self._text("text", delta["content"])
             for call in delta.get("tool_calls") or ():
-                steps += self._close()
                 function = call["function"]
-                block = self._new("call", name=function["name"], call_id=call["id"])
-                block.text = function["arguments"]
-                steps += [Opened(block), Grown(block, block.text), *self._close()]
+                if "id" in call:  # a call begins (whole, or its arguments to stream)
+                    steps += self._close()
+                    name = function.get("name", "")
+                    steps.append(Opened(self._new("call", name=name, call_id=call["id"])))
+                block = self.open
+                assert block is not None and block.kind == "call"
+                if function["arguments"]:
+                    block.text += function["arguments"]
+                    steps.append(Grown(block, function["arguments"]))
         return steps
 
     def _new(self, kind: Kind, **fields: str) -> Block:

@@ -159,8 +159,19 @@ class CalledTool(TypedDict):
     function: CalledFunction
 
 
-class CalledToolDelta(CalledTool):
+class FunctionDelta(TypedDict):
+    name: NotRequired[Annotated[str, Meta(description="in a call's first delta")]]
+    arguments: Annotated[str, Meta(description="the next piece of the arguments' JSON text")]
+
+
+class CalledToolDelta(TypedDict):
+    """A call in a stream: whole, or a piece of one whose arguments stream (its first delta
+    has its id, type and name; the others the next piece of its arguments)."""
+
     index: Annotated[int, Meta(description="the call's position among the choice's calls")]
+    id: NotRequired[str]
+    type: NotRequired[Literal["function"]]
+    function: FunctionDelta
 
 
 class AssistantMessage(TypedDict):

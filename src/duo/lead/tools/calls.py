@@ -7,7 +7,8 @@ OpenAI `tool_calls` out, parsed from the generated text.
     template_messages(...)   messages as templates expect them (tool-call arguments as objects)
     parse_tool_calls(text)   (content, calls) from a finished generation
     ToolCallStream           the same while the text streams: content goes out as it comes,
-                             text that may be a tool call is held back until it is whole
+                             text that may be a tool call is held back until it is one, and
+                             a call's arguments stream as they are written
 
 The tools go to the template as the `tools` variable, as llama-server does in its `--jinja`
 mode and as Hugging Face's `apply_chat_template` does; a template that never shows them to
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from duo.core.stops import tail_of
-from duo.lead.tools.formats import PREFIXES, ToolCall, json_calls, read_calls
+from duo.lead.tools.formats import PREFIXES, ToolCall, json_calls, new_call_id, read_calls
 
 MAX_TOOLS = 128  # OpenAI's bound
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -182,39 +183,122 @@ def parse_tool_calls(text: str, names: set[str]) -> tuple[str | None, list[ToolC
     return text, []
 
 
+@dataclass(frozen=True)
+class CallPiece:
+    """A piece of a call whose arguments stream: the first of a call names it (its `id` and
+    `name` set, arguments ""), the others carry its arguments' next JSON text."""
+
+    index: int  # the call's position among the reply's calls
+    arguments: str = ""
+    id: str = ""
+    name: str = ""
+
+
+# The head of a call whose arguments can stream: a JSON object that names an offered function
+# first, bare or in a <tool_call> block, a fence or after Llama's tag, up to its arguments'
+# opening brace.
+_HEAD = re.compile(
+    r"(?:<tool_call>|```(?:json|tool_call)?|<\|python_tag\|>)?\s*"
+    r'\{\s*"name"\s*:\s*"([^"\\]+)"\s*,\s*"(?:arguments|parameters)"\s*:\s*(?=\{)'
+)
+
+
 class ToolCallStream:
-    """Parse a reply while it streams: `feed` returns the content that can go out now,
-    `finish` the rest of the content and the calls.
+    """Parse a reply while it streams: `feed` returns the content that can go out now and
+    the pieces of calls whose arguments stream, `finish` the rest of the content and every
+    call.
 
     Content goes out as it comes, except what may still turn into a call: from a possible
     `<tool_call>` on (and the whitespace before it), or a whole reply that starts as JSON.
     What `feed` and `finish` return, joined, is the content `parse_tool_calls` gives.
+
+    A call whose head names an offered function (`{"name": ..., "arguments": {`, in a
+    <tool_call> block or as the whole reply) streams its arguments as the model writes
+    them, as OpenAI's and llama-server's streams do, rather than waiting for its end: a
+    client sees a long call (a whole file written back) as it grows. The calls `finish`
+    gives keep the streamed ones' IDs. A reply that ends before a streamed call is whole
+    (cut by its length) leaves that call as it was sent, and nothing more.
     """
 
     def __init__(self, names: set[str]) -> None:
         self.names = names
         self.text = ""
         self.sent = 0  # characters of self.text already returned as content
+        self.streamed: list[ToolCall] = []  # calls whose arguments streamed (as sent so far)
+        self.scan = 0  # where the streaming call's arguments go on; 0: none streams
+        self.after = 0  # where the last streamed call's arguments ended
+        self.depth = 0  # the arguments' nesting, and whether inside a string, an escape
+        self.quoted = self.escaped = False
 
-    def feed(self, piece: str) -> str:
+    def feed(self, piece: str) -> tuple[str, list[CallPiece]]:
         self.text += piece
+        if self.scan:
+            return "", self._arguments()
+        if self.streamed:  # after a call: only a <tool_call> block may stream another
+            at = self.text.find(OPEN, self.after)
+            return "", self._head(at) if at >= 0 else []
         text = self.text
         start = text.lstrip()
         if not start or start.startswith(("{", "[", *PREFIXES)) or _begins(start):
-            return ""  # may be a call in another form (duo.lead.tools.formats): wait
+            return "", self._head(len(text) - len(start))  # may be a call: wait, or stream
         opened = text.find(OPEN)
         if opened < 0:  # hold back a partial "<tool_call>" at the end
             opened = len(text) - tail_of(text, OPEN)
         safe = len(text[:opened].rstrip())  # and the whitespace before it
+        pieces = self._head(opened) if text.startswith(OPEN, opened) else []
         if safe <= self.sent:
-            return ""
+            return "", pieces
         out = text[self.sent : safe]
         self.sent = safe
-        return out
+        return out, pieces
+
+    def _head(self, at: int) -> list[CallPiece]:
+        """A call's first piece, if a call to an offered function starts at `at`, and what
+        of its arguments is written."""
+        head = _HEAD.match(self.text, at)
+        if head is None or head[1] not in self.names:
+            return []
+        call = ToolCall(head[1], "", new_call_id())
+        self.streamed.append(call)
+        self.scan, self.depth = head.end(), 0
+        return [CallPiece(len(self.streamed) - 1, "", call.id, call.name), *self._arguments()]
+
+    def _arguments(self) -> list[CallPiece]:
+        """The streaming call's arguments written since its last piece, up to their end."""
+        text, begin, end, whole = self.text, self.scan, self.scan, False
+        while end < len(text) and not whole:
+            c = text[end]
+            end += 1
+            if self.escaped:
+                self.escaped = False
+            elif self.quoted:
+                self.escaped, self.quoted = c == "\\", c != '"'
+            elif c == '"':
+                self.quoted = True
+            elif c in "{[":
+                self.depth += 1
+            elif c in "}]":
+                self.depth -= 1
+                whole = self.depth == 0
+        self.scan, self.after = (0 if whole else end), end
+        if end == begin:
+            return []
+        index = len(self.streamed) - 1
+        call = self.streamed[index]
+        self.streamed[index] = ToolCall(call.name, call.arguments + text[begin:end], call.id)
+        return [CallPiece(index, text[begin:end])]
 
     def finish(self) -> tuple[str, list[ToolCall]]:
         content, calls = parse_tool_calls(self.text, self.names)
         content = content or ""
+        streamed = self.streamed
+        if streamed and [c.name for c in calls[: len(streamed)]] != [c.name for c in streamed]:
+            self.sent = len(self.text)  # cut short: the streamed calls stand as sent
+            return "", []
+        calls = [
+            ToolCall(c.name, c.arguments, streamed[i].id) if i < len(streamed) else c
+            for i, c in enumerate(calls)
+        ]
         # Content returned so far is a prefix of the content (see feed).
         rest = content[self.sent :] if content.startswith(self.text[: self.sent]) else ""
         self.sent = len(self.text)
