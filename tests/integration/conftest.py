@@ -165,6 +165,18 @@ class Cluster:
             wait_until(lambda: health(url)["drafters"] > before, 120, "back connected", proc)
         return proc
 
+    def drafted(self, main: str, draft: str, ctx: int) -> tuple[str, list[str]]:
+        """A lead of the main model alone, and three that draft for it: with the draft
+        model in its process (-md), with the free drafters, and with a `duo back`; each
+        deterministic and with a fixed draft length, so that texts compare exactly."""
+        fixed = ("--deterministic", "-np", "1", "-c", str(ctx), "--quiet", "--policy", "fixed")
+        _, plain = self.lead("-m", main, "--spec-type", "none", *fixed)
+        _, with_draft = self.lead("-m", main, "-md", draft, "--spec-type", "model", *fixed)
+        _, free = self.lead("-m", main, "--spec-type", "ngram,suffix", *fixed)
+        _, backed = self.lead("-m", main, "--spec-type", "model", *fixed)
+        self.back(backed, "-m", draft)
+        return plain, [with_draft, free, backed]
+
     def stop(self) -> None:
         for proc in reversed(self.procs):
             proc.stop()

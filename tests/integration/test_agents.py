@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from duo.llama.models import get_pair, prepare
+from duo.sse import iter_events, json_events
 
 from .conftest import Cluster
 
@@ -247,14 +248,9 @@ def test_codex_cli_s_request_is_answered_as_it_reads_it(agent_lead: str) -> None
     with httpx.stream("POST", f"{agent_lead}/v1/responses", json=body, timeout=TIMEOUT,
                       headers={"Authorization": f"Bearer {KEY}"}) as r:  # fmt: skip
         assert r.status_code == 200, r.read()
-        name = None
-        for line in r.iter_lines():
-            if line.startswith("event: "):
-                name = line[7:]
-            elif line.startswith("data: "):
-                event = json.loads(line[6:])
-                assert event["type"] == name
-                events.append(event)
+        for event in iter_events(r.iter_lines()):
+            assert event.json()["type"] == event.name
+            events.append(event.json())
     kinds = [e["type"] for e in events]
     assert kinds[0] == "response.created" and kinds[-1] in ("response.completed",
                                                             "response.incomplete")  # fmt: skip
@@ -294,12 +290,7 @@ def test_both_routes_give_the_main_model_s_text_with_drafters(
     messages = {"model": "duo", "max_tokens": 48, "temperature": 0,
                 "messages": [{"role": "user", "content": ask}]}  # fmt: skip
     responses = {"model": "duo", "max_output_tokens": 48, "temperature": 0, "input": ask}
-    fixed = ("--deterministic", "-np", "1", "-c", "4096", "--quiet", "--policy", "fixed")
-    _, plain = cluster.lead("-m", main, "--spec-type", "none", *fixed)
-    _, with_draft = cluster.lead("-m", main, "-md", draft, "--spec-type", "model", *fixed)
-    _, free = cluster.lead("-m", main, "--spec-type", "ngram,suffix", *fixed)
-    _, backed = cluster.lead("-m", main, "--spec-type", "model", *fixed)
-    cluster.back(backed, "-m", draft)
+    plain, drafting = cluster.drafted(main, draft, 4096)
 
     def texts(url: str) -> tuple[str, str]:
         m = httpx.post(f"{url}/v1/messages", json=messages, timeout=TIMEOUT).json()
@@ -311,11 +302,12 @@ def test_both_routes_give_the_main_model_s_text_with_drafters(
 
     alone = texts(plain)
     assert len(alone[0]) > 40 and alone[0] == alone[1]
-    for url in (with_draft, free, backed):
+    for url in drafting:
         assert texts(url) == alone, url
     # The drafters drafted: the stream's message_delta carries duo's timings.
+    free = drafting[1]
     with httpx.stream("POST", f"{free}/v1/messages", json={**messages, "stream": True},
                       timeout=TIMEOUT) as r:  # fmt: skip
-        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+        events = list(json_events(r.iter_lines()))
     delta = next(e for e in events if e["type"] == "message_delta")
     assert delta["timings"]["draft_n_accepted"] > 0

@@ -16,6 +16,7 @@ import pytest
 
 from duo.llama.backend import Model
 from duo.llama.models import get_pair, prepare
+from duo.sse import DONE, iter_events
 
 from .conftest import Cluster
 
@@ -89,10 +90,9 @@ def test_a_native_stream_is_read_as_llama_server_s_clients_read_it(editor_lead: 
     events = []
     with httpx.stream("POST", f"{editor_lead}/completion", json=body, timeout=TIMEOUT) as r:
         assert r.headers["content-type"].startswith("text/event-stream")
-        for line in r.iter_lines():
-            assert line != "data: [DONE]"
-            if line.startswith("data: "):
-                events.append(json.loads(line[6:]))
+        for event in iter_events(r.iter_lines()):
+            assert event.data != DONE
+            events.append(event.json())
     *pieces, last = events
     assert all(e["stop"] is False for e in pieces) and last["stop"] is True
     whole = post(editor_lead, "/completion", {**body, "stream": False}).json()
@@ -170,18 +170,14 @@ def test_infill_text_with_drafters_equals_the_main_model_alone(
     body = {"input_prefix": "".join(source[100:140]), "input_suffix": "".join(source[141:150]),
             "input_extra": [chunk("decoder.py")], "prompt": "", "n_predict": 40,
             "temperature": 0}  # fmt: skip
-    fixed = ("--deterministic", "-np", "1", "-c", "2048", "--quiet", "--policy", "fixed")
-    _, plain = cluster.lead("-m", main, "--spec-type", "none", *fixed)
-    _, with_draft = cluster.lead("-m", main, "-md", draft, "--spec-type", "model", *fixed)
-    _, free = cluster.lead("-m", main, "--spec-type", "ngram,suffix", *fixed)
-    _, backed = cluster.lead("-m", main, "--spec-type", "model", *fixed)
-    cluster.back(backed, "-m", draft)
+    plain, drafting = cluster.drafted(main, draft, 2048)
     alone = post(plain, "/infill", body).json()
     assert alone["tokens_predicted"] > 8
-    for url in (with_draft, free, backed):
+    for url in drafting:
         answer = post(url, "/infill", body).json()
         assert answer["content"] == alone["content"], url
         assert answer["tokens"] == alone["tokens"]
+    free = drafting[1]
     assert post(free, "/infill", body).json()["timings"].get("draft_n", 0) > 0
 
 

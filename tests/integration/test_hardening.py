@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from duo.llama.backend import Model
+from duo.sse import json_events
 
 from .conftest import Cluster, Proc, health, wait_until
 
@@ -109,13 +110,11 @@ def time_to_first_token(url: str, prompt: str, n: int, timeout: float) -> tuple[
     generated = None
     with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=timeout) as r:
         assert r.status_code == 200, r.read()
-        for line in r.iter_lines():
-            if line.startswith("data: {"):
-                chunk = json.loads(line[6:])
-                if chunk["choices"][0]["text"] and first is None:
-                    first = time.monotonic() - started
-                if "usage" in chunk:
-                    generated = chunk["usage"]["completion_tokens"]
+        for chunk in json_events(r.iter_lines()):
+            if chunk["choices"][0]["text"] and first is None:
+                first = time.monotonic() - started
+            if "usage" in chunk:
+                generated = chunk["usage"]["completion_tokens"]
     assert first is not None, "no text streamed"
     assert generated is not None, "no usage in the last chunk"
     return first, generated

@@ -19,6 +19,7 @@ import pytest
 
 from duo.errors import UsageError
 from duo.llama.rpc import probe
+from duo.sse import json_events
 
 from .conftest import Cluster, Proc, duo, free_port, health, wait_until
 
@@ -255,11 +256,7 @@ def stream_text(url: str, body: dict[str, Any], on_first: Callable[[], object]) 
     with httpx.stream(
         "POST", f"{url}/v1/completions", json={**body, "stream": True}, timeout=120
     ) as r:
-        for line in r.iter_lines():
-            data = line.removeprefix("data: ")
-            if not line.startswith("data: ") or data == "[DONE]":
-                continue
-            chunk = json.loads(data)
+        for chunk in json_events(r.iter_lines()):
             assert "error" not in chunk, chunk
             parts.append(chunk["choices"][0]["text"])
             if len(parts) == 1:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -11,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from duo.sse import json_events
 from tests.integration.conftest import Cluster
 
 pytestmark = pytest.mark.integration
@@ -49,11 +49,10 @@ def stream(url: str, **body: object) -> tuple[str, str | None]:
         json={"prompt": PROMPT, "stream": True, **body},
         timeout=120,
     ) as r:
-        for line in r.iter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                choice = json.loads(line[6:])["choices"][0]
-                text.append(choice["text"])
-                finish = choice["finish_reason"] or finish
+        for chunk in json_events(r.iter_lines()):
+            choice = chunk["choices"][0]
+            text.append(choice["text"])
+            finish = choice["finish_reason"] or finish
     return "".join(text), finish
 
 

@@ -21,6 +21,7 @@ from duo import auth
 from duo.cli import auth_args
 from duo.cli.values import positive
 from duo.errors import ClientError, DuoError, exit_code
+from duo.sse import json_events
 
 DIM = "\x1b[2m"
 RESET = "\x1b[0m"
@@ -50,19 +51,13 @@ class History:
 
 
 def sse_events(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
-    """The JSON objects of an SSE stream's `data:` lines, up to `data: [DONE]`."""
-    for line in lines:
-        if not line.startswith("data:"):
-            continue  # blank separators, comments and other fields
-        data = line[5:].strip()
-        if data == "[DONE]":
-            return
-        try:
-            event = json.loads(data)
-        except ValueError:
-            raise ClientError("the lead sent a malformed event") from None
-        if isinstance(event, dict):
-            yield event
+    """The JSON objects of an SSE stream's events, up to `data: [DONE]`."""
+    try:
+        for event in json_events(lines):
+            if isinstance(event, dict):
+                yield event
+    except ValueError:
+        raise ClientError("the lead sent a malformed event") from None
 
 
 def error_text(body: object, fallback: str) -> str:

@@ -1,5 +1,5 @@
-"""The OpenAI wire format of the lead's answers, for every part of its API: errors and SSE
-events.
+"""The OpenAI wire format of the lead's answers, for every part of its API: errors, and
+streams of server-sent events (their events: duo.sse).
 
 Errors are OpenAI-style JSON bodies: {"error": {"message", "type", "param", "code"}}. (The
 answers' shapes, `usage` and llama.cpp-style `timings` among them: duo.lead.protocol; the
@@ -8,9 +8,7 @@ requests are typed models: duo.lead.openai.requests.)
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator
 
 from starlette.responses import JSONResponse, StreamingResponse
 
@@ -34,14 +32,6 @@ def duo_error_response(e: DuoError) -> JSONResponse:
     """Any DuoError in OpenAI's error shape, with its status from duo.errors.STATUS."""
     status, kind = http_status(e)
     return error_response(status, e.message, kind=kind, param=e.param, code=e.code)
-
-
-def sse(data: Mapping[str, Any] | str, event: str | None = None) -> bytes:
-    """One server-sent event: its JSON (or text) as `data`, named `event` if given (as
-    Anthropic's and the Responses API's streams name theirs)."""
-    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
-    named = "" if event is None else f"event: {event}\n"
-    return f"{named}data: {payload}\n\n".encode()
 
 
 def event_stream(events: AsyncIterator[bytes]) -> StreamingResponse:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import time
@@ -28,6 +27,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from duo.channel import protocol
+from duo.sse import DONE, encode
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ class Supervisor:
                     "code": "worker_died",
                 }
             }
-            yield f"data: {json.dumps(error)}\n\ndata: [DONE]\n\n".encode()
+            yield encode(error) + encode(DONE)
         finally:
             await response.aclose()
 

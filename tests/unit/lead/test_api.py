@@ -27,6 +27,7 @@ from duo.lead.web.feed import Feed
 from duo.lead.web.page import Web
 from duo.session.config import SpecConfig
 from duo.session.share import Sharing
+from duo.sse import DONE, iter_events
 from duo.supervisor.supervise import Supervisor, Worker
 from tests.unit.fakes import FakeModel, table_model
 from tests.unit.lead.test_tools import QWEN25, SMOLLM2, WEATHER, renderer
@@ -110,11 +111,9 @@ def run(coroutine: Any) -> Any:
 
 
 def events(text: str) -> list[Any]:
-    out = []
-    for line in text.splitlines():
-        if line.startswith("data: "):
-            data = line[6:]
-            out.append(data if data == "[DONE]" else json.loads(data))
+    out: list[Any] = [
+        e.data if e.data == DONE else e.json() for e in iter_events(text.splitlines())
+    ]
     return out
 
 

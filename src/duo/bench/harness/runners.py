@@ -11,7 +11,6 @@ llama.cpp's binaries and servers, the peers to beat, are runners too (duo.bench.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from duo.llama.hugepages import user_environment
 from duo.net import free_port
 from duo.session.config import ModelConfig, SpecConfig
 from duo.session.session import Session
+from duo.sse import json_events
 
 T = TypeVar("T")
 
@@ -297,10 +297,7 @@ def _complete(
     timings: dict[str, Any] = {}
     with client.stream("POST", path, json=body) as r:
         r.raise_for_status()
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
+        for chunk in json_events(r.iter_lines()):
             if (
                 not ttft
                 and chunk["choices"]

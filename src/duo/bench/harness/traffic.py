@@ -13,7 +13,6 @@ texts, and the tokens and drafts the answer's usage and timings report.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from duo.bench.harness.fim import InfillRequest
 from duo.bench.harness.workloads import WorkloadSession
 from duo.core.sampling import SamplingParams
 from duo.errors import GenerationFailed
+from duo.sse import json_events
 
 Work = list[str] | list[WorkloadSession] | list[InfillRequest] | list[AgentSession]
 
@@ -157,10 +157,7 @@ def _timed(
     headers = {"Connection": "close"}
     with http.stream("POST", path, json=body, headers=headers) as r:
         r.raise_for_status()
-        for line in r.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
+        for chunk in json_events(r.iter_lines()):
             if "error" in chunk:  # a server's failure mid-stream: not a short answer
                 err = chunk["error"]
                 message = err.get("message", err) if isinstance(err, dict) else err

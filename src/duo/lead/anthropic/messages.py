@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 from duo.core.stats import Stats
 from duo.errors import DuoError
 from duo.lead.anthropic.requests import CountTokensRequest, MessagesRequest
-from duo.lead.format import event_stream, sse
+from duo.lead.format import event_stream
 from duo.lead.openai.completions import Completions, Prepared
 from duo.lead.openai.replies import ChatReply
 from duo.lead.openai.turns import Block, Closed, Ended, Grown, Opened, turn, whole
@@ -41,6 +41,7 @@ from duo.lead.protocol.anthropic import (
 )
 from duo.lead.protocol.openai import timings
 from duo.lead.routes import Answer, Dialect, Operation
+from duo.sse import encode
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -141,7 +142,7 @@ class Messages:
         self, ready: Prepared, message: MessageBody, reply: ChatReply
     ) -> AsyncIterator[bytes]:
         def event(data: StreamEvent) -> bytes:
-            return sse(data, data["type"])
+            return encode(data, data["type"])
 
         yield event({"type": "message_start", "message": message})
         try:
@@ -178,7 +179,7 @@ class Messages:
                         )
         except DuoError as e:
             detail = {"type": "api_error", "message": e.message}
-            yield sse({"type": "error", "error": detail}, "error")
+            yield encode({"type": "error", "error": detail}, "error")
             return
         yield event({"type": "message_stop"})
 

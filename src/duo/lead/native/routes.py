@@ -27,7 +27,7 @@ from duo.core.limits import Limits
 from duo.errors import NotSupported
 from duo.lead.engine.events import Delta, Done, Job
 from duo.lead.engine.lead import Lead
-from duo.lead.format import event_stream, sse
+from duo.lead.format import event_stream
 from duo.lead.native import answers
 from duo.lead.native.infill import FIM_BATCH, FileChunk, infill_prompt, missing_tokens
 from duo.lead.native.requests import CompletionBody, InfillBody, NativeSampling, SubPrompt
@@ -36,6 +36,7 @@ from duo.lead.openai.delivery import collect
 from duo.lead.openai.prompts import Prompts
 from duo.lead.protocol.llama import NativeChunk, NativeResult
 from duo.lead.routes import Answer, Operation
+from duo.sse import encode
 
 ANSWERED = (
     "the whole answer (an array for several prompts or n_cmpl), or with `stream` "
@@ -179,16 +180,16 @@ class Native:
                     if not event.text and not event.ids and not event.logprobs:
                         continue
                     probs = answers.probabilities(event.logprobs, self.lead.piece)
-                    yield sse(
+                    yield encode(
                         answers.chunk(
                             index, event.text, event.ids, predicted[index], len(prompt), probs
                         )
                     )
                 elif isinstance(event, Done):
                     text = run.prompt_texts[index]
-                    yield sse(answers.result(run.request, index, prompt, text, event))
+                    yield encode(answers.result(run.request, index, prompt, text, event))
                 else:
-                    yield sse(
+                    yield encode(
                         {"error": {"code": 500, "message": event.message, "type": "server_error"}}
                     )
                     return

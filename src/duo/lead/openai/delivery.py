@@ -23,12 +23,13 @@ from duo.core.stats import Stats
 from duo.errors import GenerationFailed
 from duo.lead.engine.events import Delta, Done, Failed, Job
 from duo.lead.engine.lead import Lead
-from duo.lead.format import event_stream, sse
+from duo.lead.format import event_stream
 from duo.lead.openai.choices import combined, merged_events
 from duo.lead.openai.origin import StreamOrigins
 from duo.lead.openai.replies import Entry, Reply
 from duo.lead.openai.requests import Output
 from duo.lead.protocol.openai import timings, usage
+from duo.sse import DONE, encode
 
 T = TypeVar("T")
 
@@ -132,7 +133,7 @@ def _stream(
     async def events() -> AsyncIterator[bytes]:
         for reply in replies:
             for entry in reply.start():
-                yield sse(chunk(entry))
+                yield encode(chunk(entry))
         stats: dict[int, Stats] = {}
         origins = [StreamOrigins() for _ in jobs]  # the duo field: where each chunk came from
         async with aclosing(merged_events(lead, jobs)) as merged:
@@ -143,24 +144,24 @@ def _stream(
                         continue
                     duo = {} if extension is None else {"duo": extension}
                     for entry in replies[index].text(event.text, event.logprobs):
-                        yield sse({**chunk(entry), **duo})
+                        yield encode({**chunk(entry), **duo})
                 elif isinstance(event, Done):
                     stats[index] = event.stats
                     *entries, last = replies[index].end(event.finish_reason)
                     for entry in entries:
-                        yield sse(chunk(entry))
+                        yield encode(chunk(entry))
                     if len(stats) < len(jobs) or include_usage:
-                        yield sse(chunk(last))
+                        yield encode(chunk(last))
                         continue
                     total = combined([stats[i] for i in range(len(jobs))])
-                    yield sse({**chunk(last), "usage": usage(total), "timings": timings(total)})
+                    yield encode({**chunk(last), "usage": usage(total), "timings": timings(total)})
                 else:
                     error = {"message": event.message, "type": "server_error"}
-                    yield sse({"error": {**error, "param": None, "code": None}})
+                    yield encode({"error": {**error, "param": None, "code": None}})
                     break
         if include_usage and len(stats) == len(jobs):
             total = combined([stats[i] for i in range(len(jobs))])
-            yield sse({**chunk(None), "usage": usage(total), "timings": timings(total)})
-        yield sse("[DONE]")
+            yield encode({**chunk(None), "usage": usage(total), "timings": timings(total)})
+        yield encode(DONE)
 
     return event_stream(events())

@@ -33,7 +33,7 @@ from starlette.responses import JSONResponse, Response
 from duo.core.stats import Stats
 from duo.errors import DuoError
 from duo.lead.engine.events import Job
-from duo.lead.format import event_stream, sse
+from duo.lead.format import event_stream
 from duo.lead.openai.completions import Completions
 from duo.lead.openai.replies import ChatReply
 from duo.lead.openai.turns import Block, Closed, Ended, Grown, Opened, turn, whole
@@ -45,6 +45,7 @@ from duo.lead.protocol.responses import (
 )
 from duo.lead.responses.requests import ResponsesRequest
 from duo.lead.routes import Answer, Operation
+from duo.sse import encode
 
 Json = dict[str, Any]
 PREFIXES = {"thinking": "rs", "text": "msg", "call": "fc"}
@@ -150,7 +151,7 @@ class _Numbered:
     def __call__(self, kind: str, **fields: Any) -> bytes:
         event: ResponseEvent = {"type": kind, "sequence_number": self.next, **fields}  # type: ignore[typeddict-item]
         self.next += 1
-        return sse(event, kind)
+        return encode(event, kind)
 
 
 class _Ids:

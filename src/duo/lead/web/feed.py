@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
@@ -29,13 +28,14 @@ from typing import Any
 from duo.channel.backs import Backs, Remote
 from duo.core.stats import SourceStats, Stats
 from duo.lead.protocol.openai import timings
+from duo.sse import encode
 
 MAX_PENDING = 256  # events queued for one subscriber before it is dropped
 
 
 def event(kind: str, data: dict[str, Any]) -> bytes:
     """One server-sent event."""
-    return f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+    return encode(data, kind)
 
 
 class Feed:
