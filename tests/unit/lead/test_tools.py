@@ -361,3 +361,26 @@ def test_a_brace_in_a_string_does_not_end_the_arguments() -> None:
 def test_an_unoffered_function_does_not_stream() -> None:
     stream = ToolCallStream(NAMES)
     assert stream.feed('{"name": "rm_rf", "arguments": {"path": "/"}}') == ("", [])
+
+
+def test_only_json_streams_an_escape_waits_until_whole() -> None:
+    stream = ToolCallStream(NAMES)
+    _, pieces = stream.feed('{"name": "get_time", "arguments": {"tz": "a\\')
+    assert "".join(p.arguments for p in pieces) == '{"tz": "a'  # the backslash waits
+    _, pieces = stream.feed("u00")
+    assert pieces == []
+    _, pieces = stream.feed('e9"}}')
+    assert "".join(p.arguments for p in pieces) == '\\u00e9"}'
+    assert [c.name for c in stream.finish()[1]] == ["get_time"]
+
+
+@pytest.mark.parametrize(("bad", "sent"), [("it\\'s", "it"), ("a\\@b", "a"), ("two\nlines", "two")])
+def test_what_json_refuses_ends_the_streaming_and_the_call_stands_as_sent(
+    bad: str, sent: str
+) -> None:
+    stream = ToolCallStream(NAMES)
+    text = '{"name": "get_time", "arguments": {"tz": "' + bad + '"}}'
+    pieces = [p for i in range(0, len(text), 5) for p in stream.feed(text[i : i + 5])[1]]
+    written = "".join(p.arguments for p in pieces)
+    assert written == '{"tz": "' + sent  # up to the fault
+    assert stream.finish() == ("", [])  # the reply is no valid call: nothing more is sent

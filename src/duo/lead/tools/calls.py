@@ -203,6 +203,10 @@ _HEAD = re.compile(
 )
 
 
+_ESCAPE = re.compile(r'\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})')  # a JSON string's escape
+_PARTIAL_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?")  # one still being written
+
+
 class ToolCallStream:
     """Parse a reply while it streams: `feed` returns the content that can go out now and
     the pieces of calls whose arguments stream, `finish` the rest of the content and every
@@ -227,11 +231,14 @@ class ToolCallStream:
         self.streamed: list[ToolCall] = []  # calls whose arguments streamed (as sent so far)
         self.scan = 0  # where the streaming call's arguments go on; 0: none streams
         self.after = 0  # where the last streamed call's arguments ended
-        self.depth = 0  # the arguments' nesting, and whether inside a string, an escape
-        self.quoted = self.escaped = False
+        self.depth = 0  # the arguments' nesting, and whether inside a string
+        self.quoted = False
+        self.broken = False  # a streamed call's arguments stopped being JSON
 
     def feed(self, piece: str) -> tuple[str, list[CallPiece]]:
         self.text += piece
+        if self.broken:
+            return "", []
         if self.scan:
             return "", self._arguments()
         if self.streamed:  # after a call: only a <tool_call> block may stream another
@@ -264,15 +271,28 @@ class ToolCallStream:
         return [CallPiece(len(self.streamed) - 1, "", call.id, call.name), *self._arguments()]
 
     def _arguments(self) -> list[CallPiece]:
-        """The streaming call's arguments written since its last piece, up to their end."""
+        """The streaming call's arguments written since its last piece, up to their end.
+
+        Only JSON goes out, as clients parse the pieces as they come (the `anthropic` SDK
+        does): an escape waits until it is whole, and the first thing JSON does not allow
+        in a string (an escape such as `\\'`, a raw newline) ends the streaming; the call
+        then stands as it was sent, and the reply, whole, is text."""
         text, begin, end, whole = self.text, self.scan, self.scan, False
         while end < len(text) and not whole:
             c = text[end]
+            if self.quoted and c == "\\":
+                escape = _ESCAPE.match(text, end)
+                if escape is None:
+                    self.broken = _PARTIAL_ESCAPE.fullmatch(text, end) is None
+                    break
+                end = escape.end()
+                continue
             end += 1
-            if self.escaped:
-                self.escaped = False
-            elif self.quoted:
-                self.escaped, self.quoted = c == "\\", c != '"'
+            if self.quoted:
+                self.quoted = c != '"'
+                if c < " ":
+                    self.broken, end = True, end - 1
+                    break
             elif c == '"':
                 self.quoted = True
             elif c in "{[":
@@ -280,7 +300,7 @@ class ToolCallStream:
             elif c in "}]":
                 self.depth -= 1
                 whole = self.depth == 0
-        self.scan, self.after = (0 if whole else end), end
+        self.scan, self.after = (0 if whole or self.broken else end), end
         if end == begin:
             return []
         index = len(self.streamed) - 1
