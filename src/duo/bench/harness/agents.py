@@ -5,11 +5,13 @@ SDK, tools and all.
 A session is an agent at work on one Python file (duo.bench.harness.workloads makes the
 files): its system prompt and two tools, read_file and write_file; the user's first request
 (an edit), the agent's read_file call and the file as its result already in the history, as
-an agent's loop leaves them; then the model's answer, in the model's own words: a
-write_file call with the whole file rewritten, as agents write files, or text. Each later
-turn answers the model's calls (a read gets the file, a write "written") and asks for the
-next edit, then for a summary. Every request holds the whole session so far, the file and
-each of its rewrites, so a server that remembers text meets much of it again.
+an agent's loop leaves them. The model answers each request in its own words (as agents
+write files, a write_file call with the whole file rewritten, or text), and that answer is
+what is timed. The history then goes on as the agent's loop would have it once the edit
+is made, the same for every server: the write_file call with the file edited right (the
+bench makes the edit), its result, and the next request: a second edit, then a summary.
+So every server reads the same requests, and every request holds the file and each of its
+rewrites, which a server that remembers text meets again.
 
     agent_sessions(count)          the sessions, the same on every call and machine
     play(client, session, ...)     one session, each request streamed and timed
@@ -42,37 +44,40 @@ TOOLS: list[Json] = [
          "path": {"type": "string"}, "content": {"type": "string"}},
          "required": ["path", "content"]}},
 ]  # fmt: skip
-READ_ID = "toolu_read_0"
 
 
 @dataclass(frozen=True)
 class AgentSession:
     name: str
     path: str
-    file: str
-    asks: tuple[str, ...]  # the user's request of each turn
+    files: tuple[str, ...]  # the file as read, then after each edit
+    asks: tuple[str, ...]  # the user's request of each turn (the edits, then a summary)
 
     def opening(self) -> list[Json]:
         """The history before the first request: the ask, the agent's read, the file."""
-        read = {"type": "tool_use", "id": READ_ID, "name": "read_file",
-                "input": {"path": self.path}}  # fmt: skip
-        result = {"type": "tool_result", "tool_use_id": READ_ID, "content": self.file}
-        return [
-            {"role": "user", "content": self.asks[0]},
-            {"role": "assistant", "content": [read]},
-            {"role": "user", "content": [result]},
-        ]
+        return [{"role": "user", "content": self.asks[0]}, *self._call(0, "read_file", None)]
 
-    def results(self, answer: list[Json]) -> list[Json]:
-        """The tool_result blocks that answer the calls in the model's `answer`."""
-        out = []
-        for block in answer:
-            if block.get("type") != "tool_use":
-                continue
-            written = f"Wrote {len(str(block['input'].get('content', '')))} characters."
-            content = self.file if block["name"] == "read_file" else written
-            out.append({"type": "tool_result", "tool_use_id": block["id"], "content": content})
-        return out
+    def after(self, k: int) -> list[Json]:
+        """The history the agent's loop adds once request `k` is answered: the edit
+        written, its result and the next request."""
+        written = self.files[k + 1]
+        call, result = self._call(k + 1, "write_file", written)
+        result["content"].append({"type": "text", "text": self.asks[k + 1]})
+        return [call, result]
+
+    def _call(self, k: int, name: str, content: str | None) -> list[Json]:
+        """A call of the agent's (an assistant turn) and its result (a user turn)."""
+        arguments: Json = {"path": self.path}
+        if content is not None:
+            arguments["content"] = content
+        call_id = f"toolu_{name}_{k}"
+        answer = self.files[0] if content is None else f"Wrote {len(content)} characters."
+        return [
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": call_id, "name": name, "input": arguments}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": call_id, "content": answer}]},
+        ]  # fmt: skip
 
 
 def agent_sessions(count: int = SESSIONS, seed: int = 0) -> list[AgentSession]:
@@ -82,13 +87,15 @@ def agent_sessions(count: int = SESSIONS, seed: int = 0) -> list[AgentSession]:
     for i in range(count):
         noun = NOUNS[i % len(NOUNS)]
         file = _python_file(rng, noun, rng.sample(FIELDS, rng.randint(3, 5)))
+        renamed = file.replace(f"load_{noun}s", f"read_{noun}s")
         path = f"src/{noun}s.py"
         asks = (
             f"In {path}, rename `load_{noun}s` to `read_{noun}s` everywhere.",
             f"Now change every `ValueError` in {path} to `TypeError`.",
             "Summarize the changes you made to the file, in two sentences.",
         )
-        out.append(AgentSession(f"{SUITE}-{i}", path, file, asks))
+        files = (file, renamed, renamed.replace("ValueError", "TypeError"))
+        out.append(AgentSession(f"{SUITE}-{i}", path, files, asks))
     return out
 
 
@@ -118,23 +125,18 @@ class Timed:
 
 
 def play(client: Any, session: AgentSession, n: int, sampling: SamplingParams) -> list[Timed]:
-    """Play `session` on an `anthropic.Anthropic` client: each turn's request streamed
-    (`n` tokens at most), the model's answer kept in the history as it came."""
+    """Play `session` on an `anthropic.Anthropic` client: each request streamed (`n`
+    tokens at most) and timed, the history going on as the session says."""
     messages = session.opening()
     figures = []
-    for k, ask in enumerate(session.asks):
+    for k in range(len(session.asks)):
         if k:
-            results = session.results(messages[-1]["content"])
-            messages.append({"role": "user", "content": [*results, {"type": "text", "text": ask}]})
-        timed, answer = _request(client, messages, n, sampling)
-        figures.append(timed)
-        messages.append({"role": "assistant", "content": answer or [{"type": "text", "text": ""}]})
+            messages += session.after(k - 1)
+        figures.append(_request(client, messages, n, sampling))
     return figures
 
 
-def _request(
-    client: Any, messages: list[Json], n: int, sampling: SamplingParams
-) -> tuple[Timed, list[Json]]:
+def _request(client: Any, messages: list[Json], n: int, sampling: SamplingParams) -> Timed:
     t0 = last = time.perf_counter()
     ttft, gaps, timings = None, [], {}
     # The current SDK has no sampling arguments; the servers read them from the body.
@@ -154,8 +156,7 @@ def _request(
             elif event.type == "message_delta":
                 timings = dict(getattr(event, "timings", None) or {})
         final = stream.get_final_message()
-    answer = [block.model_dump(exclude_none=True) for block in final.content]
-    return Timed(ttft, gaps, final.usage.output_tokens, timings), answer
+    return Timed(ttft, gaps, final.usage.output_tokens, timings)
 
 
 def _delta_text(delta: Any) -> str:
