@@ -52,8 +52,8 @@ def sse(*events: dict[str, Any]) -> list[str]:
 
 
 def test_sse_events_skips_non_data_lines_and_stops_at_done() -> None:
-    lines = [": comment", "", "event: x", 'data: {"a": 1}', 'data:{"b": 2}', "data: [1]"]
-    lines += ["data: [DONE]", 'data: {"after": true}']
+    lines = [": comment", "", "event: x", 'data: {"a": 1}', "", 'data:{"b": 2}', "", "data: [1]"]
+    lines += ["", "data: [DONE]", "", 'data: {"after": true}', ""]
     assert list(sse_events(lines)) == [{"a": 1}, {"b": 2}]
 
 

@@ -384,3 +384,13 @@ def test_what_json_refuses_ends_the_streaming_and_the_call_stands_as_sent(
     written = "".join(p.arguments for p in pieces)
     assert written == '{"tz": "' + sent  # up to the fault
     assert stream.finish() == ("", [])  # the reply is no valid call: nothing more is sent
+
+
+def test_what_follows_a_whole_streamed_call_that_is_no_call_stays_content() -> None:
+    stream = ToolCallStream(NAMES)
+    _, pieces = stream.feed('{"name": "get_time", "arguments": {"tz": "UTC"}}\n')
+    assert "".join(p.arguments for p in pieces) == '{"tz": "UTC"}'
+    assert stream.feed('{"name": "temperature", "value": "24"}') == ("", [])
+    rest, calls = stream.finish()  # read whole, the reply is text; the call was sent
+    assert rest == '{"name": "temperature", "value": "24"}'
+    assert [(c.name, c.arguments) for c in calls] == [("get_time", '{"tz": "UTC"}')]

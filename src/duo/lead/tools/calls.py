@@ -204,6 +204,7 @@ _HEAD = re.compile(
 
 
 _ESCAPE = re.compile(r'\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})')  # a JSON string's escape
+_CLOSE = re.compile(r"^\s*\}\s*(?:</tool_call>|```)?")  # a streamed call's end, after its arguments
 _PARTIAL_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?")  # one still being written
 
 
@@ -221,7 +222,8 @@ class ToolCallStream:
     them, as OpenAI's and llama-server's streams do, rather than waiting for its end: a
     client sees a long call (a whole file written back) as it grows. The calls `finish`
     gives keep the streamed ones' IDs. A reply that ends before a streamed call is whole
-    (cut by its length) leaves that call as it was sent, and nothing more.
+    (cut by its length) leaves that call as it was sent, and nothing more; one that goes
+    on after a whole streamed call with what is no call keeps that call, the rest content.
     """
 
     def __init__(self, names: set[str]) -> None:
@@ -313,8 +315,12 @@ class ToolCallStream:
         content = content or ""
         streamed = self.streamed
         if streamed and [c.name for c in calls[: len(streamed)]] != [c.name for c in streamed]:
-            self.sent = len(self.text)  # cut short: the streamed calls stand as sent
-            return "", []
+            # Read whole, the reply is no call; its streamed calls are out, and stand.
+            self.sent = len(self.text)
+            if self.scan or self.broken:  # cut short, or not JSON: as they were sent
+                return "", []
+            rest = _CLOSE.sub("", self.text[self.after :], count=1)  # the call's own end
+            return rest.strip(), list(streamed)
         calls = [
             ToolCall(c.name, c.arguments, streamed[i].id) if i < len(streamed) else c
             for i, c in enumerate(calls)
