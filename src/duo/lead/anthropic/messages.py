@@ -104,11 +104,8 @@ class Messages:
         return JSONResponse(count)
 
     async def messages(self, request: Request, body: MessagesRequest) -> Response:
-        for param, texts in body.texts():
-            self.prompts.check_size(texts, param)
         chat = body.chat()
-        ready = await self.completions.prepare(chat)
-        reply = self.completions.chat_reply(chat, ready)
+        ready, reply = await self.completions.prepare_turn(chat, body.texts(), "messages")
         message = self._message(ready)
         if body.stream:
             return event_stream(self._events(ready, message, reply))

@@ -121,6 +121,17 @@ class Completions:
         reasoning = "deepseek" if reasoning == "auto" else reasoning
         return ChatReply(index, ready.tools, shape, reasoning, opened_by(ready.text))
 
+    async def prepare_turn(
+        self, chat: ChatRequest, texts: list[tuple[str, list[str]]], param: str
+    ) -> tuple[Prepared, ChatReply]:
+        """Another API's request, translated into `chat`, made ready as a chat is: `texts`
+        (its fields that go into the prompt, by name) checked for size first, so that a
+        fault names the field; then the one reply to read."""
+        for field, field_texts in texts:
+            self.prompts.check_size(field_texts, field)
+        ready = await self.prepare(chat, param)
+        return ready, self.chat_reply(chat, ready)
+
     async def prepare(
         self, body: CompletionRequest | ChatRequest, param: str = "messages"
     ) -> Prepared:

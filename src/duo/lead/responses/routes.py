@@ -74,11 +74,8 @@ class Responses:
         ]
 
     async def responses(self, request: Request, body: ResponsesRequest) -> Response:
-        for param, texts in body.texts():
-            self.completions.prompts.check_size(texts, param)
         chat = body.chat()
-        ready = await self.completions.prepare(chat, param="input")
-        reply = self.completions.chat_reply(chat, ready)
+        ready, reply = await self.completions.prepare_turn(chat, body.texts(), "input")
         response = self._response(body)
         if body.stream:
             return event_stream(self._events(response, ready.jobs[0], reply))
