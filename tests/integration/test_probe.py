@@ -57,7 +57,8 @@ DRAFTER_KEY = "probe-drafter-key"
 TIMEOUT = 30.0  # seconds, for any one call
 MiB = 1024 * 1024
 NOT_UTF8 = "\ue000"  # a text that `encode` writes as bytes that are not UTF-8
-CHEAP = {"max_tokens": 1, "temperature": 0}  # what a request that is served may cost
+# what a request that is served may cost (the Responses API names its cap max_output_tokens)
+CHEAP = {"max_tokens": 1, "max_output_tokens": 1, "temperature": 0}
 ERROR_KEYS = {"message", "type", "param", "code"}
 ANTHROPIC_ERROR_KEYS = {"message", "type"}
 Json = Any
