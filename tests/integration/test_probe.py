@@ -640,7 +640,7 @@ def channel_cases(n_vocab: int, fingerprint: str) -> list[ChannelCase]:
         broken("an empty frame", frame(b""), "non-empty"),
         broken("an unknown frame", frame(b"\xee\x00"), "unknown frame type"),
         broken("a DRAFT first", frame(msg(p.DraftMsg(0, 0, (1, 2)))), "must be HELLO"),
-        refused("another version", frame(hello(version=p.VERSION + 1)), "protocol version"),
+        refused("an older version", frame(hello(version=p.OLDEST - 1)), "protocol version"),
         refused("another vocabulary", frame(hello(vocab=n_vocab + 1)), vocabulary),
         refused("another fingerprint", frame(hello(fp="0" * 16)), vocabulary),
         refused("no key", good, wrong_key, key=None),

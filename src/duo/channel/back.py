@@ -30,6 +30,7 @@ from duo.channel import protocol as p
 from duo.channel.drafting import BackDrafter
 from duo.errors import CertificateError, ProtocolError, Refused, UsageError
 from duo.llama.backend import Model
+from duo.net import machine_id
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,14 @@ class Back:
         except InvalidURI as e:
             raise UsageError(f"bad lead URL: {e}") from None
         async with ws:
-            hello = p.Hello(p.VERSION, self.model.n_vocab, self.model.vocab.fingerprint, self.name)
+            hello = p.Hello(
+                p.VERSION,
+                self.model.n_vocab,
+                self.model.vocab.fingerprint,
+                self.name,
+                machine_id(),
+                min(self.model.n_threads, 0xFFFF),
+            )
             await ws.send(p.encode(hello))
             reply = p.decode(await asyncio.wait_for(ws.recv(), 10))
             if isinstance(reply, p.Refuse):

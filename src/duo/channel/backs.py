@@ -16,9 +16,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from duo.channel import protocol as p
 from duo.core.draft import Draft, Proposal, advance, first_usable, graft, merge, usable
+
+BackState = Literal["drafting", "resting", "looking"]
 
 MAX_KEPT = 1024  # tokens of guesses kept per back
 MAX_BRANCHES = 16  # branches kept per session and back (the lowest forks go first)
@@ -39,10 +42,22 @@ class Remote:
     joined: float = field(default_factory=time.time)
     last_seen: float = field(default_factory=time.time)  # its last frame
     received: int = 0  # draft tokens received
+    version: int = p.VERSION  # the protocol version agreed with it
+    machine: str = ""  # its machine, as it tells it (protocol.Hello)
+    threads: int = 0  # its drafting threads, as it tells it (0: not told)
+    # what the lead's placement makes of it (duo.session.placement): drafting, resting or
+    # looking, and why; set on the engine thread, read by the pages that show it
+    state: BackState = "drafting"
+    why: str = ""
 
     @property
     def source(self) -> str:
         return f"back:{self.name}"
+
+    @property
+    def can_rest(self) -> bool:
+        """Whether it understands REST (a back of version 3 drafts all the time)."""
+        return self.version >= 4
 
 
 class Backs:

@@ -10,6 +10,7 @@ branches (BRANCH frames, with fan-out) for the connection it is attached to.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 from duo.channel import protocol as p
@@ -17,6 +18,8 @@ from duo.core.draft import Draft, common_prefix, delta
 from duo.drafting.drafter import DraftWorker
 from duo.errors import ProtocolError
 from duo.llama.backend import Model
+
+log = logging.getLogger(__name__)
 
 
 class BackDrafter:
@@ -61,9 +64,18 @@ class BackDrafter:
         self._sent, self._forks, self._last = {}, {}, -1
 
     def detach(self) -> None:
-        """The connection is gone: its sessions end, nothing more is framed."""
+        """The connection is gone: its sessions end, nothing more is framed; a rest the
+        lead asked for ends with it (the next lead judges afresh)."""
         self._send = None
         self.worker.end()
+        self.rest(False)
+
+    def rest(self, resting: bool) -> None:
+        """The lead's REST: while resting the worker drafts for no session; it still hears
+        every commit, and catches up with them in one batch when it drafts again."""
+        if resting != self.worker.held:
+            self.worker.hold(resting)
+            log.info("%s, as the lead asks", "resting" if resting else "drafting again")
 
     def on_message(self, msg: p.Message) -> None:
         """A message from the lead."""
@@ -77,6 +89,8 @@ class BackDrafter:
                 self._sent.pop(session, None)
                 self._forks.pop(session, None)
                 self.worker.end(session)
+            case p.Rest(resting):
+                self.rest(resting)
             case _:
                 raise ProtocolError(f"unexpected {type(msg).__name__} from the lead")
 

@@ -1,6 +1,8 @@
 """The lead's end of the drafter channel: one WebSocket per back, on the event loop.
 
-Per connection: the handshake (key, protocol version, vocabulary fingerprint), then
+Per connection: the handshake (key, protocol version, vocabulary fingerprint; a back of
+a newer version is answered in the lead's, an older one from protocol.OLDEST on in its
+own), then
 incoming DRAFT/APPEND frames are checked and handed to `Backs.receive`; what the engine
 sends a back is queued and written by a sender task. A back that breaks the protocol is
 disconnected with a close frame that says why; it never affects a request.
@@ -110,8 +112,9 @@ class DrafterEndpoint:
             queue: asyncio.Queue[p.Message] = asyncio.Queue()
             send = _sender(queue, self.mail)
 
-            remote = Remote(hello.name or "back", send)
+            remote = Remote(hello.name or "back", send, version=min(hello.version, p.VERSION))
             remote.host, remote.model = _peer(ws)
+            remote.machine, remote.threads = hello.machine, hello.threads
             sender = asyncio.create_task(self._send_loop(ws, queue))
             self.backs.join(remote)
             log.info("drafter %s connected (%d connected)", remote.name, self.backs.connected)
@@ -146,7 +149,7 @@ class DrafterEndpoint:
         if reason:
             await self._refuse(ws, reason, name=msg.name)
             return None
-        await ws.send_bytes(p.encode(p.Welcome(p.VERSION, self.width)))
+        await ws.send_bytes(p.encode(p.Welcome(min(msg.version, p.VERSION), self.width)))
         return msg
 
     async def _refuse(self, ws: WebSocket, reason: str, name: str | None) -> None:
@@ -158,10 +161,10 @@ class DrafterEndpoint:
         await _close(ws, 1008, "refused")
 
     def _refusal(self, hello: p.Hello) -> str | None:
-        if hello.version != p.VERSION:
+        if hello.version < p.OLDEST:
             return (
-                f"protocol version {hello.version} is not supported (lead speaks {p.VERSION}): "
-                "run the same duo release on the lead and its backs"
+                f"protocol version {hello.version} is not supported (lead speaks "
+                f"{p.OLDEST} to {p.VERSION}): run the same duo release on the lead and its backs"
             )
         if hello.fingerprint != self.fingerprint or hello.n_vocab != self.n_vocab:
             return (

@@ -4,8 +4,9 @@ One WebSocket binary message per frame: a 1-byte type, then fixed little-endian 
 then token IDs packed at the width agreed in the handshake (2 bytes when the vocabulary
 has at most 65536 tokens, else 4). Only token IDs and small integers cross the wire.
 
-    back -> lead   HELLO    version u16, n_vocab u32, fingerprint 8 bytes, name (<= 64 bytes)
-    lead -> back   WELCOME  version u16, token width u8
+    back -> lead   HELLO    version u16, n_vocab u32, fingerprint 8 bytes, machine 8 bytes,
+                            threads u16, name (<= 64 bytes)   (machine and threads: since 4)
+    lead -> back   WELCOME  version u16, token width u8        (the version both speak)
     lead -> back   REFUSE   reason (utf-8), then the lead closes the connection
     lead -> back   BEGIN    session u32, prompt tokens          (a new generation)
     lead -> back   COMMIT   session u32, start u32, tokens      (committed at start, start+1...)
@@ -21,10 +22,18 @@ has at most 65536 tokens, else 4). Only token IDs and small integers cross the w
                                                                  position fork, then these from
                                                                  the branch's token `at` on;
                                                                  at 0 replaces the branch at fork)
+    lead -> back   REST     resting u8                          (1: draft nothing, keep up with
+                                                                 the commits; 0: draft again.
+                                                                 Since 4)
 
 A back drafts one token at a time, so most of its frames are APPENDs: 1 byte of header.
 A lead takes at most MAX_DRAFT_TOKENS tokens in one DRAFT, APPEND or BRANCH (more cannot
 be used).
+
+The lead speaks every version from OLDEST on and answers in the older of the two: a back
+of version 3 never hears REST, and is served as before (its drafts are never rested).
+`machine` tells the lead whether the back shares its machine (and so its cores): a hash
+of the machine's ID, never the ID itself; `threads`, how many the back drafts on.
 
 A draft is a small tree: a chain of guesses, and branches that leave the chain at a
 position where the drafter was unsure, with its runner-up token there (fan-out). Each
@@ -41,7 +50,8 @@ from dataclasses import dataclass
 
 from duo.errors import ProtocolError
 
-VERSION = 3  # 3: BRANCH frames
+VERSION = 4  # 3: BRANCH frames; 4: REST frames, HELLO's machine and threads
+OLDEST = 3  # the oldest version a lead serves
 PATH = "/v1/drafter"
 MAX_TOKENS_PER_FRAME = 1 << 16
 MAX_DRAFT_TOKENS = 256  # per DRAFT/APPEND frame: far more than a round verifies
@@ -51,9 +61,10 @@ MAX_NAME = 64  # bytes of a drafter's name
 MODEL_HEADER = "x-duo-model"
 PEER_HEADER = "x-duo-peer"
 
-HELLO, WELCOME, REFUSE, BEGIN, COMMIT, END, DRAFT, APPEND, BRANCH = range(1, 10)
+HELLO, WELCOME, REFUSE, BEGIN, COMMIT, END, DRAFT, APPEND, BRANCH, REST = range(1, 11)
 
-_HELLO = struct.Struct("<BHI8s")
+_HELLO_V3 = struct.Struct("<BHI8s")
+_HELLO = struct.Struct("<BHI8s8sH")
 _WELCOME = struct.Struct("<BHB")
 _SESSION = struct.Struct("<BI")
 _POSITIONED = struct.Struct("<BII")
@@ -67,6 +78,8 @@ class Hello:
     n_vocab: int
     fingerprint: str  # 16 hex digits
     name: str
+    machine: str = ""  # 16 hex digits: a hash of the back's machine ID ("": not told)
+    threads: int = 0  # the back's drafting threads (0: not told)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +91,11 @@ class Welcome:
 @dataclass(frozen=True, slots=True)
 class Refuse:
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rest:
+    resting: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +136,7 @@ class Branch:
     tokens: tuple[int, ...]
 
 
-Message = Hello | Welcome | Refuse | Begin | Commit | End | DraftMsg | Append | Branch
+Message = Hello | Welcome | Refuse | Begin | Commit | End | DraftMsg | Append | Branch | Rest
 
 
 def token_width(n_vocab: int) -> int:
@@ -151,11 +169,16 @@ def printable(raw: bytes) -> str:
 
 def encode(msg: Message, width: int = 4) -> bytes:
     match msg:
-        case Hello(version, n_vocab, fingerprint, name):
-            return (
-                _HELLO.pack(HELLO, version, n_vocab, bytes.fromhex(fingerprint))
-                + (name.encode()[:MAX_NAME])
+        case Hello(version, n_vocab, fingerprint, name, machine, threads):
+            fp = bytes.fromhex(fingerprint)
+            head = (
+                _HELLO_V3.pack(HELLO, version, n_vocab, fp)
+                if version < 4
+                else _HELLO.pack(
+                    HELLO, version, n_vocab, fp, bytes.fromhex(machine or "0" * 16), threads
+                )
             )
+            return head + name.encode()[:MAX_NAME]
         case Welcome(version, w):
             return _WELCOME.pack(WELCOME, version, w)
         case Refuse(reason):
@@ -172,6 +195,8 @@ def encode(msg: Message, width: int = 4) -> bytes:
             return bytes([APPEND]) + _pack_tokens(tokens, width)
         case Branch(session, fork, at, tokens):
             return _BRANCH.pack(BRANCH, session, fork, at) + _pack_tokens(tokens, width)
+        case Rest(resting):
+            return bytes([REST, resting])
     raise TypeError(f"not a protocol message: {msg!r}")
 
 
@@ -183,8 +208,12 @@ def decode(data: bytes | str, width: int = 4) -> Message:
     kind = data[0]
     try:
         if kind == HELLO:
-            _, version, n_vocab, fp = _HELLO.unpack_from(data)
-            return Hello(version, n_vocab, fp.hex(), printable(data[_HELLO.size :]))
+            _, version, n_vocab, fp = _HELLO_V3.unpack_from(data)
+            if version < 4:
+                return Hello(version, n_vocab, fp.hex(), printable(data[_HELLO_V3.size :]))
+            *_, machine, threads = _HELLO.unpack_from(data)
+            name = printable(data[_HELLO.size :])
+            return Hello(version, n_vocab, fp.hex(), name, machine.hex(), threads)
         if kind == WELCOME:
             _, version, w = _WELCOME.unpack(data)
             if w not in (2, 4):
@@ -208,6 +237,10 @@ def decode(data: bytes | str, width: int = 4) -> Message:
         if kind == BRANCH:
             _, session, fork, at = _BRANCH.unpack_from(data)
             return Branch(session, fork, at, _unpack_tokens(data[_BRANCH.size :], width))
+        if kind == REST:
+            if len(data) != 2 or data[1] > 1:
+                raise ProtocolError("a REST frame is one byte, 0 or 1")
+            return Rest(bool(data[1]))
     except struct.error:
         raise ProtocolError(f"truncated frame of type {kind}") from None
     raise ProtocolError(f"unknown frame type {kind}")

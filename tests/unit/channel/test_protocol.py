@@ -9,7 +9,10 @@ from duo.core.draft import Draft, delta, merge
 from duo.errors import ProtocolError
 
 MESSAGES = [
-    p.Hello(1, 49152, "0123456789abcdef", "gpu-box"),
+    p.Hello(3, 49152, "0123456789abcdef", "gpu-box"),  # version 3: no machine, no threads
+    p.Hello(4, 49152, "0123456789abcdef", "gpu-box", "fedcba9876543210", 6),
+    p.Rest(True),
+    p.Rest(False),
     p.Welcome(1, 2),
     p.Refuse("the draft model's vocabulary differs"),
     p.Begin(7, (1, 2, 3)),
@@ -26,6 +29,14 @@ MESSAGES = [
 @pytest.mark.parametrize("width", [2, 4])
 def test_roundtrip(msg: p.Message, width: int) -> None:
     assert p.decode(p.encode(msg, width), width) == msg
+
+
+def test_a_version_4_hello_carries_machine_and_threads_and_a_version_3_one_does_not() -> None:
+    v4 = p.encode(p.Hello(4, 100, "00" * 8, "box", "11" * 8, 2))
+    v3 = p.encode(p.Hello(3, 100, "00" * 8, "box"))
+    assert len(v4) == len(v3) + 10
+    assert p.decode(v3) == p.Hello(3, 100, "00" * 8, "box", "", 0)
+    assert len(p.encode(p.Rest(True))) == 2
 
 
 def test_frames_are_small() -> None:
@@ -45,6 +56,10 @@ def test_frames_are_small() -> None:
         b"\x02\x01\x00\x03",
         b"\x09\x01\x00\x00\x00\x02\x00\x00",  # a BRANCH cut short of its `at`
         b"\x09\x01\x00\x00\x00\x02\x00\x00\x00\x00\x01",  # half a token
+        b"\x0a",  # a REST without its flag
+        b"\x0a\x02",  # a REST that is neither 0 nor 1
+        b"\x0a\x01\x00",
+        b"\x01\x04\x00\x00\xc0\x00\x00" + bytes(8),  # a version 4 HELLO without its machine
         "text frame",
     ],
 )
