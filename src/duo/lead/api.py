@@ -49,7 +49,7 @@ from duo.lead.openai.extensions import Extensions
 from duo.lead.openai.prompts import Prompts
 from duo.lead.openai.reasoning import Format
 from duo.lead.openapi import openapi_schema
-from duo.lead.protocol.llama import Health, SlotState
+from duo.lead.protocol.llama import DrafterState, Health, SlotState
 from duo.lead.responses.routes import Responses
 from duo.lead.routes import Answer, Dialect, Operation, starlette_routes
 from duo.lead.verifier.service import Verifier
@@ -187,6 +187,9 @@ class Api:
         return JSONResponse(health_body(self.lead.health()))
 
     async def slots(self, request: Request) -> Response:
+        drafters = [
+            DrafterState(name=r.name, state=r.state, why=r.why) for r in self.lead.backs.remotes
+        ]
         slots = [
             SlotState(
                 id=s.id,
@@ -196,6 +199,7 @@ class Api:
                 n_cached=s.n_cached,
                 n_prompt_tokens=s.n_prompt_tokens,
                 n_decoded=s.n_decoded,
+                drafters=drafters,
             )
             for s in self.lead.slots()
         ]

@@ -60,6 +60,7 @@ def build_lead(
             lambda: backs.connected,
             session.local is not None,
             decode_cpu=lambda: main.decode_cpu_seconds,
+            drafter_states=lambda: [(r.name, r.state) for r in backs.remotes],
         )
         lead = Lead(
             session,

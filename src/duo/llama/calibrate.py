@@ -15,15 +15,19 @@ import os
 import platform
 import random
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from duo.core.policy import CostModel
 from duo.llama.backend import Model
 from duo.llama.models import duo_home
 from duo.load import BUSY_SHARE, OtherLoad
+
+T = TypeVar("T")
 
 LONG_PASS = 0.25  # seconds: a pass timed once
 FILLER = 100  # the token passes are timed with: any valid one, only the timing matters
@@ -147,7 +151,39 @@ def cached(
     return costs
 
 
-def apart(timing: Callable[[], CostModel]) -> CostModel:
+def contended(main: Model, draft: Model, passes: int = 9) -> tuple[float, float]:
+    """What running together costs two models whose work shares hardware that no thread
+    count shows (the draft model on an rpc-server that shares cores with the main
+    model's): the main model's single-token pass beside the draft model decoding non-stop,
+    as a ratio to its pass alone, and the draft model's step meanwhile (seconds), both
+    medians of `passes`. Both KVs hold what they held before."""
+
+    def timed() -> tuple[float, float]:
+        base = len(main.tokens), len(draft.tokens)
+        start_main, start_draft = _warm(main, 8), _warm(draft, 8)
+        quiet = [_time_pass(main, 1, start_main, True) for _ in range(passes)]
+        steps: list[float] = []
+        stop = threading.Event()
+
+        def busy() -> None:
+            while not stop.is_set():
+                steps.append(_time_pass(draft, 1, start_draft, False))
+
+        worker = threading.Thread(target=busy, name="contention")
+        worker.start()
+        try:
+            loud = [_time_pass(main, 1, start_main, True) for _ in range(passes)]
+        finally:
+            stop.set()
+            worker.join()
+        main.truncate(base[0])
+        draft.truncate(base[1])
+        return statistics.median(loud) / statistics.median(quiet), statistics.median(steps)
+
+    return apart(timed)
+
+
+def apart(timing: Callable[[], T]) -> T:
     """Run `timing` on a thread of its own, which ends with it. llama.cpp's OpenMP build
     keeps a team of worker threads for each thread that has run a pass on several threads,
     for as long as that thread lives: a lead's main thread that timed passes at start

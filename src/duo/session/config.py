@@ -62,6 +62,10 @@ class ModelConfig:
     # The main model's threads while the in-process drafter rests, lent its cores (0: no
     # such lending): which way pays is measured and switched online (duo.session.share)
     threads_alone: int = 0
+    # The main model's threads when the lead chose them (no -t, no --pin, all on the CPU):
+    # a back on this machine drafts on some of them, lent while it drafts (0: none may be
+    # lent; duo.session.placement)
+    threads_lendable: int = 0
     n_gpu_layers: int = 0  # -ngl: main model layers offloaded to a GPU/remote device
     n_gpu_layers_draft: int = 0  # -ngld: same, for the draft model
     devices: tuple[str, ...] | None = None  # where the main model's layers may go (--rpcd)

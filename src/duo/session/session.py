@@ -28,6 +28,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
+from duo.channel.backs import Backs
 from duo.core.choice import Chooser, Longest, PerSource
 from duo.core.engine import DraftPool, DraftSource, Generation, NoDrafts, Round, run
 from duo.core.logprobs import TokenLogprob
@@ -41,8 +42,10 @@ from duo.errors import IncompatibleModels, UsageError
 from duo.llama.backend import CACHE_BYTES, Model
 from duo.llama.calibrate import cached
 from duo.llama.grammar import Grammar
-from duo.llama.rpc import device_list
+from duo.llama.rpc import device_list, parse_endpoints
+from duo.net import is_loopback
 from duo.session.config import ModelConfig, SpecConfig
+from duo.session.placement import BackPlacement
 from duo.session.share import FIXED, CoreShare, Sharing
 
 
@@ -110,12 +113,15 @@ class Session:
                     forks=slots * spec.fanout if spec.mode == "async" else 0,
                 )
                 check_compatible(self.main, self.draft)
-                if _lends_cores(models, spec):
+                if _lends_cores(models, spec) or _shares_servers_machine(models, spec):
+                    # On rpc-servers that share the machine with the main model's layers,
+                    # no threads can move: the drafter only rests where it does not pay.
+                    alone = models.threads_alone or models.threads
                     self.share = CoreShare(
                         self.main,
                         self.draft,
                         split=models.threads,
-                        alone=models.threads_alone,
+                        alone=alone,
                         draft_max=spec.draft_max,
                     )
                 self.local = _local_drafter(self.draft, spec, slots, cache_bytes)
@@ -126,6 +132,13 @@ class Session:
             raise
         remote = remote if spec.mode != "target" else None
         self.pools: list[DraftPool] = [s for s in (self.local, remote) if s is not None]
+        # the backs, judged as the in-process drafter is (duo.session.placement)
+        self.placement: BackPlacement | None = None
+        if isinstance(remote, Backs) and spec.mode == "async" and spec.adaptive:
+            lendable = models.threads_lendable if self.share is None else 0
+            self.placement = BackPlacement(
+                self.main, remote, self.costs, draft_max=spec.draft_max, lendable=lendable
+            )
 
     def drafts(self, slot: int = 0) -> DraftSource:
         """The draft sources of one generation in `slot`: the slot's n-gram index, the
@@ -199,17 +212,19 @@ class Session:
         """Every pass of the main model's rounds (a slot each), on the generation thread:
         the sharing of the cores is weighed, and looked at again now and then
         (duo.session.share)."""
-        if self.share is None:
-            return
-        held = self.share.state == ALONE
-        self.share.observe(rounds)
-        if held and self.share.state == SPLIT:
-            # A look: the drafter has its cores back. Held, it had no draft ready round
-            # after round, and each slot's policy took that for drafts that do not pay and
-            # rested it (up to 256 rounds at a time): the look would have gone by without
-            # a draft verified, the main model on fewer cores for nothing.
+        looks = self.placement.observe(rounds) if self.placement is not None else []
+        if self.share is not None:
+            held = self.share.state == ALONE
+            self.share.observe(rounds)
+            if held and self.share.state == SPLIT:
+                looks.append(MODEL)
+        # A look: a drafter drafts again. Held, it had no draft ready round after round,
+        # and each slot's policy took that for drafts that do not pay and rested it (up to
+        # 256 rounds at a time): the look would have gone by without a draft verified, the
+        # main model on fewer cores for nothing.
+        for source in looks:
             for chooser in self._policies.values():
-                chooser.wake(MODEL)
+                chooser.wake(source)
 
     def run(
         self,
@@ -296,6 +311,19 @@ def _local_drafter(
 def _lends_cores(models: ModelConfig, spec: SpecConfig) -> bool:
     """Whether the main model may take the in-process drafter's cores while it rests."""
     return spec.mode == "async" and models.threads_alone > models.threads
+
+
+def _shares_servers_machine(models: ModelConfig, spec: SpecConfig) -> bool:
+    """Whether the in-process drafter runs on rpc-servers (--rpcd) on this machine, as
+    the main model does (on its CPU, or with layers on rpc-servers here too): its work
+    then slows the main model's, though no thread of this process moves."""
+    if spec.mode != "async" or not models.rpcd or not models.n_gpu_layers_draft:
+        return False
+    if not all(is_loopback(e.rpartition(":")[0]) for e in parse_endpoints(models.rpcd)):
+        return False
+    if not models.n_gpu_layers or not models.rpc:
+        return True
+    return any(is_loopback(e.rpartition(":")[0]) for e in parse_endpoints(models.rpc))
 
 
 @contextmanager

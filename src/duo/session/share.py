@@ -43,13 +43,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from duo.core.engine import Round
 from duo.core.policy import CostModel
 from duo.core.sharing import ALONE, MARGIN, SPLIT, Estimate, estimate
-from duo.drafting.drafter import DraftWorker
 from duo.llama.backend import Model
-from duo.llama.calibrate import cached
+from duo.llama.calibrate import cached, contended
 
 log = logging.getLogger(__name__)
 
@@ -99,50 +99,85 @@ class Sharing:
         )
 
 
+class Holdable(Protocol):
+    """A drafter the lead can rest: the in-process DraftWorker, a back (REST frames)."""
+
+    def hold(self, held: bool) -> None: ...
+
+
 class CoreShare:
     """Chooses and switches between the main model alone on every core and beside the
-    drafter (`split` threads for it, `alone` without), on the generation thread."""
+    drafter (`split` threads for it, `alone` without), on the generation thread.
+
+    The same judge serves drafters whose cost the main model cannot see at start: with
+    `split == alone` the threads never move (a drafter on rpc-servers that share the
+    machine, a back on another machine, or on this one where no threads can be lent), and
+    resting is all it does; without `draft` (a back: its step is not known here) the
+    drafter starts drafting and is judged by what its rounds measure, and every look is
+    taken."""
 
     def __init__(
         self,
         main: Model,
-        draft: Model,
+        draft: Model | None,
         *,
         split: int,
         alone: int,
         draft_max: int,
+        source: str = MODEL,
+        draft_threads: int = 0,
+        first_look: int = FIRST_LOOK,
+        beside: bool = True,
     ) -> None:
         self.main = main
-        self.draft_threads = draft.n_threads
+        self.source = source  # whose rounds are the drafter's
+        # whether its work slows the main model's passes (it shares the machine): if not,
+        # the rounds without its drafts count as they were, and the rounds with them at
+        # the passes' cost as measured now; it then must pay at every judgement, as it
+        # costs nothing else
+        self.beside = beside
+        self.draft_threads = draft.n_threads if draft is not None else draft_threads
         self.split = split
         self.alone = alone
         self.draft_max = draft_max
         sizes = [n for n in SIZES if n <= draft_max + 1] or [1]
         # the main model's pass costs each way, made once (a pass weighs against them)
-        self.passes = {
-            SPLIT: CostModel(_timed(main, split, sizes, all_logits=True)),
-            ALONE: CostModel(_timed(main, alone, sizes, all_logits=True)),
-        }
-        self.step = _timed(draft, draft.n_threads, [1], all_logits=False)[1]
+        alone_costs = _timed(main, alone, sizes, all_logits=True)
+        split_costs = alone_costs if split == alone else _timed(main, split, sizes, True)
+        self.passes = {SPLIT: CostModel(split_costs), ALONE: CostModel(alone_costs)}
         self.state = ALONE
-        self.typical, self.hope = self._estimate(PRIOR), self._estimate(HOPE)
-        self.expected = {
-            ALONE: self.typical.alone,
-            SPLIT: self.typical.split,
-            HOPEFUL: self.hope.split,
-        }
+        self.typical: Estimate | None = None  # by the costs timed at start, where known
+        self.hope: Estimate | None = None
+        self.expected: dict[str, float] = {}
+        if draft is not None:
+            self.step = _timed(draft, draft.n_threads, [1], all_logits=False)[1]
+            if beside and not self.lends:
+                # No thread moves (the drafter's rpc-servers share the main model's cores):
+                # what drafting costs the main model shows only with both running.
+                ratio, self.step = contended(main, draft)
+                self.passes[SPLIT] = CostModel({n: s * ratio for n, s in alone_costs.items()})
+            self.typical, self.hope = self._estimate(PRIOR), self._estimate(HOPE)
+            self.expected = {
+                ALONE: self.typical.alone,
+                SPLIT: self.typical.split,
+                HOPEFUL: self.hope.split,
+            }
         self.measured = False
-        self.worker: DraftWorker | None = None
+        self.worker: Holdable | None = None
         self.costs: CostModel | None = None  # the policies' cost model, once made
         self.switches = 0
         self._emitted = 0
         self._next = WINDOW
-        self._wait = FIRST_LOOK  # windows until a resting drafter's next look
+        self._wait = first_look  # windows until a resting drafter's next look
         self._look_at = -1  # when that look is due (tokens emitted; -1: none)
         self._seconds = {SPLIT: 0.0, ALONE: 0.0}  # this window's passes, and alone's
         self._tokens = 0  # this window's, beside the drafter
         self._warming = False  # given its cores, the drafter has had no draft verified yet
         self._trials = 0  # a look's judgements left at which the drafter must show it pays
+        self.looking = False  # drafting on a look, not yet shown to pay
+        self._rested_at = 0  # when it last started resting (tokens emitted)
+        self.waited = 0  # tokens emitted in its last rest
+        self.judged = 0  # judgements of the drafter's rounds so far
 
     def _estimate(self, acceptance: float) -> Estimate:
         """Both ways' tokens per second by the costs timed at start (duo.core.sharing)."""
@@ -150,9 +185,14 @@ class CoreShare:
             self.passes[ALONE], self.passes[SPLIT], self.step, acceptance, self.draft_max
         )
 
-    def start(self, worker: DraftWorker) -> None:
-        """The better way at a typical acceptance."""
-        self._take(self.typical.better(ALONE))
+    @property
+    def lends(self) -> bool:
+        """Whether the drafter's rests give the main model threads."""
+        return self.split != self.alone
+
+    def start(self, worker: Holdable) -> None:
+        """The better way at a typical acceptance (drafting, where that is not known)."""
+        self._take(self.typical.better(ALONE) if self.typical else SPLIT)
         self.worker = worker
         worker.hold(self.state == ALONE)
         if self.state == ALONE:
@@ -165,7 +205,7 @@ class CoreShare:
         if not rounds:
             return
         if self.state == SPLIT:
-            if self._warming and any(r.source == MODEL for r in rounds):
+            if self._warming and any(r.source == self.source for r in rounds):
                 self._warming = False  # caught up: what it is worth counts from here
                 self._seconds, self._tokens = {SPLIT: 0.0, ALONE: 0.0}, 0
                 self._next = self._emitted + JUDGED
@@ -179,11 +219,11 @@ class CoreShare:
         """What the pass took, and what the main model alone on every core would have
         taken for the same tokens."""
         seconds = max(r.seconds for r in rounds)  # one pass: every round's wall time
-        alone = self.passes[ALONE]
         split = self.costs or self.passes[SPLIT]
+        alone = self.passes[ALONE] if self.beside else split
         k = len(rounds)
         share = alone.cost(k) / k  # a slot's share of a pass of one token per slot
-        drafted = [r for r in rounds if r.source == MODEL]
+        drafted = [r for r in rounds if r.source == self.source]
         others = (k - len(drafted)) / k * seconds * alone.cost(1) / split.cost(1)
         self._seconds[SPLIT] += seconds
         self._seconds[ALONE] += others + sum(len(r.tokens) for r in drafted) * share
@@ -196,37 +236,60 @@ class CoreShare:
                 self.expected = {ALONE: self._tokens / alone, SPLIT: self._tokens / split}
                 self.measured = True
             self._seconds, self._tokens = {SPLIT: 0.0, ALONE: 0.0}, 0
-            margin = 1.0 if self._trials else MARGIN
+            self.judged += 1
+            margin = 1.0 if self._trials or not self.beside else MARGIN
             self._trials = max(0, self._trials - 1)
             if split > margin * alone:  # the drafter costs more than it brings
+                self.looking = False
                 self._take(ALONE)
                 self._plan_look()
                 self._wait = min(2 * self._wait, LAST_LOOK)
+            elif not self._trials:
+                self.looking = False  # it has shown that it pays
         elif 0 <= self._look_at <= self._emitted:  # a look: what is the drafter worth now?
             self._take(SPLIT)
             self._look_at = -1
             self._trials = TRIALS
+            self.looking = True
 
     def _plan_look(self) -> None:
         """A resting drafter gets its cores back for a window now and then, if it could
         pay at a good acceptance: never on a machine where even then it could not."""
-        hopeful = self.hope.better(ALONE) == SPLIT
+        hopeful = self.hope is None or self.hope.better(ALONE) == SPLIT
         self._look_at = self._emitted + self._wait * WINDOW if hopeful else -1
 
     def _take(self, state: str) -> None:
-        if self.costs is not None:  # what the passes have shown goes with the old way
-            self.passes[self.state] = CostModel(self.costs.seconds)
+        if self.costs is not None and self.lends:  # what the passes have shown goes with
+            self.passes[self.state] = CostModel(self.costs.seconds)  # the old threads
             self.costs.reset(self.passes[state].seconds)
         switch = state != self.state and self.worker is not None
         if state == SPLIT != self.state:
             self._warming = True  # judged soon after its first verified draft
+        if state == ALONE != self.state:
+            self._rested_at = self._emitted
+        elif state == SPLIT != self.state:
+            self.waited = self._emitted - self._rested_at
         self.state = state
-        self.main.set_threads(self.alone if state == ALONE else self.split)
+        if self.lends:
+            self.main.set_threads(self.alone if state == ALONE else self.split)
         if self.worker is not None:
             self.worker.hold(state == ALONE)
         if switch:
             self.switches += 1
-            log.info("placement: %s", self.sharing().describe())
+            if self.source == MODEL:
+                log.info("placement: %s", self.sharing().describe())
+
+    def release(self) -> None:
+        """The drafter is gone for good: the main model takes back what it lent."""
+        self.worker = None
+        self._take(ALONE)
+
+    def verdict(self) -> str:
+        """What the last judgement measured, in words ("" before the first)."""
+        if not self.measured:
+            return ""
+        alone, split = self.expected[ALONE], self.expected[SPLIT]
+        return f"{alone:.1f} tok/s without its drafts, {split:.1f} with them"
 
     def sharing(self) -> Sharing:
         return Sharing(

@@ -6,7 +6,9 @@ cores this process may run on. A model drafter that runs beside the main model i
 process, on the CPU, takes its threads out of the main model's: a quarter of the cores
 (at least one), the rest for the main model. Which of the two ways to share the cores
 pays, the main model alone on all of them or beside the drafter, is then measured
-(duo.session.share). Given flags win.
+(duo.session.share). A back on this machine borrows threads the same way while it drafts
+(duo.session.placement), where the main model's threads were chosen here. Given flags
+win.
 """
 
 from __future__ import annotations
@@ -115,9 +117,12 @@ def with_threads(
         beside=drafts_beside(models, spec),
         explicit=explicit or pinned,
     )
+    on_cpu = models.n_gpu_layers == 0 and not models.rpc
+    chosen = threads is None and not pinned and on_cpu
     return replace(
         models,
         threads=plan.main,
         draft_threads=plan.draft,
         threads_alone=plan.main_alone if plan.measured else 0,
+        threads_lendable=max(plan.main, plan.main_alone) if chosen else 0,
     )

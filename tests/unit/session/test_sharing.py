@@ -218,3 +218,25 @@ def test_a_look_keeps_the_drafter_only_if_it_pays_then_a_margin_keeps_it(
     assert s.state == SPLIT
     passes(s, 2, alone_two * 1.2, "model", WINDOW // 2)  # clearly slower: rests
     assert s.state == ALONE
+
+
+def test_a_drafter_on_rpc_servers_that_share_the_cores_is_judged_by_both_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No thread moves (split == alone): what the drafter costs the main model shows only
+    when both run, timed at start (contended). On a compute-bound CPU, a drafter that
+    slows every pass by a third and drafts at nearly the main model's pace rests from the
+    start; a cheap one on a memory-bound machine, which slows nothing, drafts."""
+    main, draft = FakeModel(1), FakeModel(1)
+
+    def made(costs: dict[int, float], ratio: float, step: float) -> CoreShare:
+        monkeypatch.setattr(share, "_timed", lambda model, threads, *_a, **_k: costs)
+        monkeypatch.setattr(share, "contended", lambda m, d: (ratio, step))
+        s = CoreShare(main, draft, split=1, alone=1, draft_max=8)  # type: ignore[arg-type]
+        s.start(FakeWorker())  # type: ignore[arg-type]
+        return s
+
+    slow = made(CPU_ALONE, 1.35, CPU_STEP)
+    assert (slow.state, slow.lends, main.n_threads) == (ALONE, False, 1)
+    assert slow.passes[SPLIT].cost(1) == pytest.approx(1.35 * CPU_ALONE[1])
+    assert made(BOUND_ALONE, 1.0, BOUND_STEP).state == SPLIT

@@ -17,6 +17,8 @@ class Metrics:
     drafters: Callable[[], int]  # backs connected now
     local_drafter: bool  # the lead runs a drafter of its own (-md)
     decode_cpu: Callable[[], float] = lambda: 0.0  # the main model's Model.decode_cpu_seconds
+    # each back's name and state now (duo.session.placement)
+    drafter_states: Callable[[], list[tuple[str, str]]] = lambda: []
     requests: int = 0
     # by why they ended (vLLM's request_success_total, whose "abort" is "cancelled")
     ended: dict[Ending, int] = field(default_factory=lambda: dict.fromkeys(ENDINGS, 0))
@@ -162,8 +164,18 @@ class Metrics:
         ):
             lines += [f"# HELP duo_{name} {help_text}", f"# TYPE duo_{name} counter"]
             for source, counts in sorted(t.by_source.items()):
-                label = source.replace("\\", "\\\\").replace('"', '\\"')
-                lines.append(f'duo_{name}{{source="{label}"}} {getattr(counts, attr)}')
+                lines.append(f'duo_{name}{{source="{_label(source)}"}} {getattr(counts, attr)}')
+        name = "drafter_state"
+        lines += [
+            f"# HELP duo_{name} 1 for each back's state now (drafting, resting: told to "
+            "draft nothing, its drafts did not pay; looking: drafting again to be judged).",
+            f"# TYPE duo_{name} gauge",
+        ]
+        for drafter, now in self.drafter_states():
+            lines += [
+                f'duo_{name}{{drafter="{_label(drafter)}",state="{state}"}} {int(state == now)}'
+                for state in ("drafting", "resting", "looking")
+            ]
         for name, help_text, attr in (
             (
                 "rounds_after_total",
@@ -178,3 +190,8 @@ class Metrics:
                 label = after.replace(" ", "_")
                 lines.append(f'duo_{name}{{after="{label}"}} {getattr(t.readiness(after), attr)}')
         return "\n".join(lines) + "\n"
+
+
+def _label(text: str) -> str:
+    """A Prometheus label value: backslashes and quotes escaped."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')

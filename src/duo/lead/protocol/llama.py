@@ -92,8 +92,22 @@ class PropsBody(TypedDict):
     placement: PlacementBody
 
 
+class DrafterState(TypedDict):
+    """A connected back, as the lead's placement judges it (duo.session.placement)."""
+
+    name: str
+    state: Annotated[
+        Literal["drafting", "resting", "looking"],
+        Meta(
+            description="drafting; resting: told to draft nothing, its drafts did not pay; "
+            "looking: drafting again for a while, to be judged afresh"
+        ),
+    ]
+    why: str
+
+
 class SlotState(TypedDict):
-    """GET /slots: one slot, in llama-server's fields (and duo's n_cached)."""
+    """GET /slots: one slot, in llama-server's fields (and duo's n_cached and drafters)."""
 
     id: int
     n_ctx: int
@@ -102,6 +116,10 @@ class SlotState(TypedDict):
     n_cached: int  # tokens in its KV cache (a next prompt sharing them skips them)
     n_prompt_tokens: int  # of its request, while processing (else 0)
     n_decoded: int  # tokens its request generated so far
+    drafters: Annotated[
+        list[DrafterState],
+        Meta(description="the backs that draft for every slot, and what each is doing now"),
+    ]
 
 
 class Health(TypedDict):

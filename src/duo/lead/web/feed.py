@@ -163,6 +163,8 @@ class Feed:
             "joined": remote.joined,
             "last_seen": remote.last_seen,
             "received": remote.received,
+            "state": remote.state,
+            "why": remote.why,
             "drafts_per_second": per_second,
             "drafted": counts.drafted,
             "accepted": counts.accepted,

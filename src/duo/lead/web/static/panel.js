@@ -34,6 +34,7 @@
         ["host", b.host],
         ["acceptance", b.drafted ? `${fmt(100 * b.acceptance_rate, 0)}% (${b.accepted}/${b.drafted})` : "–"],
         ["rate", fmt(b.drafts_per_second, 1)],
+        ["state", b.state],
         ["seen", ago(s.time - b.last_seen)],
       ];
       for (const [cls, text] of cells) {
@@ -42,6 +43,7 @@
         td.textContent = text;
         tr.appendChild(td);
       }
+      tr.querySelector("td.state").title = b.why;
       const swatch = document.createElement("span");
       swatch.className = "swatch " + sourceClasses(b.source);
       tr.firstChild.prepend(swatch);
