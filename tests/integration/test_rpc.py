@@ -237,6 +237,38 @@ def test_seed_000_command_line_equals_the_main_model_alone(
     assert layers["RPC0"] > 0 and layers["RPC1"] > 0
     assert layers["RPC0"] + layers["RPC1"] == layers["RPC2"] == 31, layers
     assert "CPU" not in layers
+    # its servers share the cores with the main model's: judged with both running
+    assert "the draft model resting on rpc-servers that share the cores" in log or (
+        "the draft model drafting on rpc-servers that share the cores" in log
+    ), log[-2000:]
+
+
+def test_seed_000_topology_behind_a_lead_reports_its_back(
+    pair: tuple[Path, Path], three_servers: tuple[list[Proc], list[str]], tmp_path: Path
+) -> None:
+    """`duo lead --rpc A,B --rpcd C`: the draft model drafts from a back of the lead's
+    own, on a server that shares this machine. The text is the main model alone's; the
+    lead judges the back (it cannot move the main model's threads: they are the
+    servers'), and /slots says what it is doing and why."""
+    main, draft = pair
+    _, (first, second, third) = three_servers
+    alone = generate(main, n=48)
+    assert alone.returncode == 0, alone.stderr
+    cluster = Cluster(tmp_path)
+    try:
+        lead, url = cluster.lead(
+            "-m", str(main), "-md", str(draft), "--rpc", f"{first},{second}", "--rpcd", third,
+            "-ngl", "99", "-t", "1",
+        )  # fmt: skip
+        wait_until(lambda: health(url)["drafters"] == 1, 120, "the draft's back", lead)
+        body = {"prompt": PROMPT, "max_tokens": 48, "temperature": 0}
+        out = httpx.post(f"{url}/v1/completions", json=body, timeout=300).json()
+        assert out["choices"][0]["text"] == alone.stdout.removesuffix("\n")
+        (drafter,) = httpx.get(f"{url}/slots", timeout=10).json()[0]["drafters"]
+        assert drafter["state"] in ("drafting", "resting", "looking") and drafter["why"]
+        assert "shares this machine; the main model's threads are fixed" in lead.output()
+    finally:
+        cluster.stop()
 
 
 def test_a_dead_draft_endpoint_fails_fast_with_one_line(pair: tuple[Path, Path]) -> None:

@@ -47,7 +47,7 @@ from duo.llama.models import (
     prepare,
     verify_file,
 )
-from duo.load import OtherLoad, busy_note
+from duo.busy import OtherLoad, busy_note
 from duo.session.config import MODES
 from duo.session.session import Session
 

@@ -25,7 +25,7 @@ from typing import TypeVar
 from duo.core.policy import CostModel
 from duo.llama.backend import Model
 from duo.llama.models import duo_home
-from duo.load import BUSY_SHARE, OtherLoad
+from duo.busy import BUSY_SHARE, OtherLoad
 
 T = TypeVar("T")
 

@@ -79,6 +79,7 @@ class Sharing:
     expected: dict[str, float] = field(default_factory=dict)
     switches: int = 0
     measured: bool = False
+    lends: bool = True  # a rest gives the main model threads (else: on shared rpc-servers)
 
     def describe(self) -> str:
         main = f"main model on {self.main_threads} thread{'s' * (self.main_threads > 1)}"
@@ -86,8 +87,12 @@ class Sharing:
             return main
         if self.way == ALONE:
             drafter = "the draft model resting"
-        else:
+        elif self.lends:
             drafter = f"the draft model on {self.draft_threads}"
+        else:
+            drafter = "the draft model drafting"
+        if not self.lends:
+            drafter += " on rpc-servers that share the cores"
         if not self.expected:
             return f"{main}, {drafter}"
         alone, split = self.expected[ALONE], self.expected[SPLIT]
@@ -299,6 +304,7 @@ class CoreShare:
             dict(self.expected),
             self.switches,
             self.measured,
+            self.lends,
         )
 
 

@@ -13,7 +13,7 @@ SRC = Path(duo.__file__).parent.parent
 # Lowest first. Packages of one layer do not import each other.
 LAYERS = (
     ("errors",),
-    ("net", "auth", "mailbox", "load", "sse"),
+    ("net", "auth", "mailbox", "busy", "sse"),
     ("core",),  # the algorithm: pure functions and the engine, no I/O
     ("llama",),  # the llama.cpp adapter
     ("drafting",),  # drafters in this process

@@ -9,6 +9,8 @@ Modes:
     sync        classic speculative decoding on the main device
     async       the drafter on its own thread and device, in one process
     lead+back   `duo lead` and `duo back` as separate processes over loopback
+    lead+back-default  the same as a user starts them on one machine: no threads or cores
+                given (the lead lends the back's threads while it drafts), n-gram lookup
     lead+client `duo lead` and a drafter-driven client (seed 003's /verify), synchronous
     free-1, free-all, async+free, lead+back+free: with the free drafters (n-gram, suffix)
     llama.cpp*  llama.cpp's own binaries, same prompts and cores (duo.bench.harness.llamacpp)
@@ -79,8 +81,10 @@ def _model(mode: Mode) -> Opener:
     return lambda o: o.in_process(o.models, replace(o.spec, mode=mode, spec_types=MODEL_ONLY))
 
 
-def _lead_back(types: str) -> Opener:
-    return lambda o: LeadBack(o.label, o.models, o.spec, o.prompts, o.n, o.sampling, types, o.link)
+def _lead_back(types: str, as_user: bool = False) -> Opener:
+    return lambda o: LeadBack(
+        o.label, o.models, o.spec, o.prompts, o.n, o.sampling, types, o.link, as_user
+    )
 
 
 def _lead_client(o: Opening) -> Runner:
@@ -111,6 +115,7 @@ OWN: dict[str, Opener] = {
     "async+free": lambda o: o.in_process(o.models, o.spec),
     "lead+back": _lead_back("model"),
     "lead+back+free": _lead_back("model,ngram"),  # no suffix: see LeadBack
+    "lead+back-default": _lead_back("model,ngram", as_user=True),
     "lead+client": _lead_client,
 }
 # llama.cpp's own binaries, when available (duo.bench.harness.llamacpp says which is whose peer)

@@ -170,7 +170,10 @@ class LeadBack(Runner):
         sampling: SamplingParams,
         spec_types: str,
         link: Link = LOOPBACK,
+        as_user: bool = False,
     ) -> None:
+        """`as_user`: no threads or cores given to either, as a user starts them on one
+        machine (the lead lends the back threads while it drafts: duo.session.placement)."""
         assert models.draft is not None
         self.mode = mode
         self.prompts, self.n, self.sampling = prompts, n, sampling
@@ -180,18 +183,19 @@ class LeadBack(Runner):
         # the back reaches the lead across the link (a proxy, a namespace), if one is asked for
         self.link = link.proxy(("127.0.0.1", port), link.near_host)
         back_url = f"http://{link.near_host}:{self.link.port}" if self.link else url
-        pin_draft = cores_text(spec.draft_cores, "")
+        pin_draft = "" if as_user else cores_text(spec.draft_cores, "")
         back_cmd = [
             sys.executable, "-m", "duo", "back", "-m", str(models.draft), "--lead", back_url,
-            "-t", str(models.draft_threads), "--max-ahead", str(spec.max_ahead),
-            "--fanout", str(spec.fanout),
+            "--max-ahead", str(spec.max_ahead), "--fanout", str(spec.fanout),
             "-ngl", str(models.n_gpu_layers_draft), "-c", str(models.n_ctx),
         ]  # fmt: skip
+        if not as_user:
+            back_cmd += ["-t", str(models.draft_threads)]
         if pin_draft:
             back_cmd += ["--pin", pin_draft]
         if models.rpcd:
             back_cmd += ["--rpcd", models.rpcd]
-        self.procs = [start_lead(models, spec, port, spec_types)]
+        self.procs = [start_lead(models, spec, port, spec_types, as_user)]
         try:
             self.procs.append(quiet(link.command(back_cmd)))
             wait_ready(
@@ -250,16 +254,19 @@ class LeadBack(Runner):
 
 
 def start_lead(
-    models: ModelConfig, spec: SpecConfig, port: int, spec_types: str
+    models: ModelConfig, spec: SpecConfig, port: int, spec_types: str, as_user: bool = False
 ) -> subprocess.Popen[bytes]:
-    """`duo lead` on the main cores, serving on loopback once this returns."""
+    """`duo lead` on the main cores (`as_user`: on the threads it chooses), serving on
+    loopback once this returns."""
     cmd = [
         sys.executable, "-m", "duo", "lead", "-m", str(models.main), "--port", str(port),
-        "--quiet", "--draft", str(spec.draft_max), "-t", str(models.threads),
+        "--quiet", "--draft", str(spec.draft_max),
         "--policy", "adaptive" if spec.adaptive else "fixed", "--spec-type", spec_types,
         "-ngl", str(models.n_gpu_layers), "-c", str(models.n_ctx),
     ]  # fmt: skip
-    if spec.main_cores:
+    if not as_user:
+        cmd += ["-t", str(models.threads)]
+    if spec.main_cores and not as_user:
         cmd += ["--pin", f"{cores_text(spec.main_cores, '')}:"]
     if models.rpc:
         cmd += ["--rpc", models.rpc]

@@ -1,4 +1,4 @@
-"""duo.load: the share of the machine other work took during a measurement."""
+"""duo.busy: the share of the machine other work took during a measurement."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from duo.load import BUSY_SHARE, OtherLoad, busy_note, busy_share
+from duo.busy import BUSY_SHARE, OtherLoad, busy_note, busy_share
 
 
 def test_busy_share_and_its_note() -> None:
