@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from duo import __version__
+from duo.busy import OtherLoad, busy_note
 from duo.cli.args import (
     add_model_args,
     add_rpc_arg,
@@ -47,7 +48,6 @@ from duo.llama.models import (
     prepare,
     verify_file,
 )
-from duo.busy import OtherLoad, busy_note
 from duo.session.config import MODES
 from duo.session.session import Session
 

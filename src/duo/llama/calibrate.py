@@ -22,10 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from duo.busy import BUSY_SHARE, OtherLoad
 from duo.core.policy import CostModel
 from duo.llama.backend import Model
 from duo.llama.models import duo_home
-from duo.busy import BUSY_SHARE, OtherLoad
 
 T = TypeVar("T")
 

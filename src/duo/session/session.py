@@ -258,6 +258,14 @@ class Session:
             self._policies[slot] = chooser
         return self._policies[slot]
 
+    def ready(self) -> None:
+        """Measure what generation goes by, on the calling thread, where it will run: the
+        drafts' policy goes by the main model's pass costs, and so does the size of
+        prompt pieces with several slots."""
+        if self.slots > 1:
+            self.costs()
+        self.policy()
+
     def costs(self) -> CostModel:
         """The main model's pass times by batch size, measured once: sizes up to one
         slot's largest round (every one up to 9, then spread out), and every slot's

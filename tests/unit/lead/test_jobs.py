@@ -72,16 +72,16 @@ class FakeSession:
     def __init__(self) -> None:
         self.main = FakeMain(self.slots)
 
+    def ready(self) -> None:
+        pass
+
     def policy(self, slot: int = 0) -> Chooser:
         return Longest()
 
     def costs(self) -> Any:  # a prompt is read whole beside the others' rounds
         return SimpleNamespace(room=lambda decoding, stretch, most, admitted: most)
 
-    def after_round(self, emitted: int) -> None:  # the cores' sharing, looked at again
-        pass
-
-    def after_pass(self, rounds: Sequence[Any]) -> None:  # the same, a pass at a time
+    def after_pass(self, rounds: Sequence[Any]) -> None:  # the cores' sharing, looked at again
         pass
 
     def generation(

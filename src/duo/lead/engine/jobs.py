@@ -183,11 +183,7 @@ class Engine:
     def _main(self) -> None:
         with pinned(self.session.spec.main_cores):
             try:
-                # Measured here, where generation runs: the drafts' policy goes by the cost
-                # of a pass, and so does the size of prompt pieces (with several slots).
-                if self.slots > 1:
-                    self.session.costs()
-                self.session.policy()
+                self.session.ready()
             except BaseException as e:
                 self._error = e
                 return
