@@ -15,7 +15,6 @@ from duo.channel.endpoint import DrafterEndpoint
 from duo.core.text import Chunk
 from duo.lead.api import Api, health_body
 from duo.lead.engine.lead import Lead, LeadConfig
-from duo.lead.engine.metrics import Metrics
 from duo.lead.openai.reasoning import Format
 from duo.lead.web.feed import Feed
 from duo.lead.web.page import Web
@@ -55,17 +54,10 @@ def build_lead(
             refusal=keys.drafter_refusal,
             mail=mail,
         )
-        metrics = Metrics(
-            drafters.wire,
-            lambda: backs.connected,
-            session.local is not None,
-            decode_cpu=lambda: main.decode_cpu_seconds,
-            drafter_states=lambda: [(r.name, r.state) for r in backs.remotes],
-        )
         lead = Lead(
             session,
             backs,
-            metrics,
+            drafters.wire,
             mail,
             show,
             alias=config.alias,
@@ -75,6 +67,7 @@ def build_lead(
     except BaseException:
         session.close()
         raise
+    metrics = lead.metrics
     feed = Feed(
         backs,
         lambda: health_body(lead.health()),

@@ -17,6 +17,7 @@ from typing import Any
 
 from duo.auth import KeySpec
 from duo.channel.backs import Backs
+from duo.channel.endpoint import WireStats
 from duo.core.engine import MainModel
 from duo.core.text import Chunk
 from duo.errors import PromptTooLong, UsageError
@@ -118,7 +119,7 @@ class Lead:
         self,
         session: Session,
         backs: Backs,
-        metrics: Metrics,
+        wire: WireStats,
         mail: Mailboxes,
         show: Callable[[int, Chunk | str], None] | None = None,
         alias: str | None = None,
@@ -127,23 +128,30 @@ class Lead:
     ) -> None:
         """`mail` carries the engine thread's calls to the event loop (the drafter channel
         may share it, so that the engine hands over everything at once); `show` sees each
-        generation's text as it is made (the console), on the engine thread."""
+        generation's text as it is made (the console), on the engine thread; `wire`: the
+        drafter channel's counters, which /metrics shows."""
         self.session = session
         self.mail = mail
         self.backs = backs
-        self.metrics = metrics
         main = session.main
         self.info = ModelInfo(alias or main.path.stem, main.n_ctx, main.n_vocab, main.n_batch)
+        self.metrics = Metrics(
+            wire,
+            lambda: backs.connected,
+            session.local is not None,
+            decode_cpu=lambda: main.decode_cpu_seconds,
+            drafter_states=lambda: [(r.name, r.state) for r in backs.remotes],
+            load=lambda: (self.engine.busy, self.engine.queued, self.engine.slots),
+        )
         self.engine = Engine(
             session,
             show=show,
-            done=metrics.add,
-            failed=metrics.fail,
+            done=self.metrics.add,
+            failed=self.metrics.fail,
             flush=self.mail.flush,
             stretch=stretch,
             cache_bytes=cache_bytes,
         )
-        metrics.load = lambda: (self.engine.busy, self.engine.queued, self.engine.slots)
 
     def close(self) -> None:
         self.engine.close()

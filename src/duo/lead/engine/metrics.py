@@ -24,7 +24,7 @@ class Metrics:
     ended: dict[Ending, int] = field(default_factory=lambda: dict.fromkeys(ENDINGS, 0))
     requests_failed: int = 0
     total: Stats = field(default_factory=Stats)  # all finished generations
-    # (busy slots, queued requests, slots) now: set by the lead
+    # (busy slots, queued requests, slots) now: the lead's engine
     load: Callable[[], tuple[int, int, int]] = lambda: (0, 0, 1)
     # told of each finished generation, on the engine thread (the dashboard's feed)
     listeners: list[Callable[[Stats], None]] = field(default_factory=list)
