@@ -25,44 +25,17 @@ from typing import Any
 from urllib.parse import unquote
 
 from duo.errors import UsageError
-from duo.llama.grammar import MAX_SCHEMA_DEPTH, check_enforceable
-
-# Where a schema holds subschemas: one, a list of them, or a mapping of names to them.
-_ONE = (
-    "items",
-    "additionalProperties",
-    "additionalItems",
-    "unevaluatedItems",
-    "unevaluatedProperties",
-    "propertyNames",
-    "contains",
-    "not",
-    "if",
-    "then",
-    "else",
+from duo.llama.grammar import (
+    MAX_SCHEMA_DEPTH,
+    SUBSCHEMA,
+    SUBSCHEMA_LIST,
+    SUBSCHEMA_MAP,
+    check_enforceable,
+    pointer_token,
+    subschemas,
 )
-_LIST = ("items", "prefixItems", "anyOf", "oneOf", "allOf")
-_MAP = ("properties", "patternProperties", "dependentSchemas", "$defs", "definitions")
+
 _DEFINITIONS = ("$defs", "definitions")
-
-
-def _escape(name: str) -> str:
-    """A name as a JSON pointer's token."""
-    return name.replace("~", "~0").replace("/", "~1")
-
-
-def _children(node: dict[str, Any], path: str) -> list[tuple[str, object]]:
-    """(path, subschema) of each subschema `node` holds."""
-    out: list[tuple[str, object]] = []
-    for key, value in node.items():
-        where = f"{path}/{_escape(key)}"
-        if key in _ONE and isinstance(value, dict | bool):
-            out.append((where, value))
-        elif key in _LIST and isinstance(value, list):
-            out += [(f"{where}/{i}", sub) for i, sub in enumerate(value)]
-        elif key in _MAP and isinstance(value, dict):
-            out += [(f"{where}/{_escape(name)}", sub) for name, sub in value.items()]
-    return out
 
 
 def _shown(path: str) -> str:
@@ -99,7 +72,7 @@ class _Refs:
                         )
                     self.keys[pointer] = f"{self.prefix}ref{len(self.keys)}"
                     todo.append((pointer, target, 0))
-            todo += [(where, sub, depth + 1) for where, sub in _children(node, path)]
+            todo += [(where, sub, depth + 1) for where, sub in subschemas(node, path)]
         self.check_not_circular()
 
     def pointer(self, ref: object, where: str) -> str:
@@ -161,21 +134,23 @@ class _Refs:
             raise UsageError(f"subschemas nest more than {MAX_SCHEMA_DEPTH} deep")
         out: dict[str, Any] = {}
         for key, value in node.items():
-            where = f"{path}/{_escape(key)}"
+            where = f"{path}/{pointer_token(key)}"
             if key in _DEFINITIONS and isinstance(value, dict):
                 continue
             if key == "$ref":
                 out[key] = f"#/$defs/{self.keys[self.pointer(value, where)]}"
-            elif key in _ONE and isinstance(value, dict | bool):
+            elif key in SUBSCHEMA and isinstance(value, dict | bool):
                 out[key] = self.rewritten(value, where, depth + 1, top=False)
-            elif key in _LIST and isinstance(value, list):
+            elif key in SUBSCHEMA_LIST and isinstance(value, list):
                 out[key] = [
                     self.rewritten(sub, f"{where}/{i}", depth + 1, top=False)
                     for i, sub in enumerate(value)
                 ]
-            elif key in _MAP and isinstance(value, dict):
+            elif key in SUBSCHEMA_MAP and isinstance(value, dict):
                 out[key] = {
-                    name: self.rewritten(sub, f"{where}/{_escape(name)}", depth + 1, top=False)
+                    name: self.rewritten(
+                        sub, f"{where}/{pointer_token(name)}", depth + 1, top=False
+                    )
                     for name, sub in value.items()
                 }
             else:

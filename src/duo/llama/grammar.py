@@ -92,26 +92,43 @@ UNENFORCED = frozenset(
         "unevaluatedItems",
     }
 )
-# Where a schema holds subschemas: one, a list of them, or a mapping of names to them.
-_ONE = ("items", "additionalProperties", "additionalItems")
-_LIST = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
-_MAP = ("properties", "$defs", "definitions")
+# Where a schema holds subschemas (JSON Schema 2020-12 and draft 7): one, a list of them,
+# or a mapping of names to them. The one walk of a schema's tree (duo.lead.schema_refs too).
+SUBSCHEMA = (
+    "items",
+    "additionalProperties",
+    "additionalItems",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "propertyNames",
+    "contains",
+    "not",
+    "if",
+    "then",
+    "else",
+)
+SUBSCHEMA_LIST = ("items", "prefixItems", "anyOf", "oneOf", "allOf")
+SUBSCHEMA_MAP = ("properties", "patternProperties", "dependentSchemas", "$defs", "definitions")
 _BOUNDS = ("minLength", "maxLength", "minItems", "maxItems")
 
 
-def _children(schema: dict[str, Any], path: str) -> list[tuple[str, object]]:
-    """The subschemas `schema` holds, each with its path."""
-    subschemas: list[tuple[str, object]] = []
-    for key in _ONE:
-        if isinstance(schema.get(key), dict):
-            subschemas.append((f"{path}/{key}", schema[key]))
-    for key in _LIST:
-        if isinstance(schema.get(key), list):
-            subschemas += [(f"{path}/{key}/{i}", s) for i, s in enumerate(schema[key])]
-    for key in _MAP:
-        if isinstance(schema.get(key), dict):
-            subschemas += [(f"{path}/{key}/{name}", s) for name, s in schema[key].items()]
-    return subschemas
+def pointer_token(name: str) -> str:
+    """A name as a JSON pointer's token."""
+    return name.replace("~", "~0").replace("/", "~1")
+
+
+def subschemas(node: dict[str, Any], path: str) -> list[tuple[str, object]]:
+    """(JSON pointer, subschema) of each subschema `node` (at `path`) holds."""
+    out: list[tuple[str, object]] = []
+    for key, value in node.items():
+        where = f"{path}/{pointer_token(key)}"
+        if key in SUBSCHEMA and isinstance(value, dict | bool):
+            out.append((where, value))
+        elif key in SUBSCHEMA_LIST and isinstance(value, list):
+            out += [(f"{where}/{i}", sub) for i, sub in enumerate(value)]
+        elif key in SUBSCHEMA_MAP and isinstance(value, dict):
+            out += [(f"{where}/{pointer_token(name)}", sub) for name, sub in value.items()]
+    return out
 
 
 def unenforced(schema: object, path: str = "#", depth: int = 0) -> str | None:
@@ -128,7 +145,7 @@ def unenforced(schema: object, path: str = "#", depth: int = 0) -> str | None:
         bound = schema[key]
         if key in _BOUNDS and isinstance(bound, int) and bound > MAX_NESTING:
             raise UsageError(f"'{key}' at {path[:200]} may be at most {MAX_NESTING}")
-    for where, sub in _children(schema, path):
+    for where, sub in subschemas(schema, path):
         found = unenforced(sub, where, depth + 1)
         if found:
             return found
@@ -163,7 +180,7 @@ def check_bounds(schema: dict[str, Any]) -> None:
                 raise UsageError(
                     f"'pattern' at {path[:200]} is not a regular expression: {str(e)[:200]}"
                 ) from None
-        todo += _children(sub, path)
+        todo += subschemas(sub, path)
 
 
 def json_schema_gbnf(schema: dict[str, Any]) -> str:
