@@ -9,6 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from duo.lead.protocol.llama import Health
+
 from .conftest import Cluster, Proc, free_port, wait_until
 from .test_rpc import answers
 
@@ -64,12 +66,17 @@ def test_lead_survives_an_rpc_server_dying_mid_generation(
         assert events[-1] == "[DONE]"
         error = json.loads(events[-2])["error"]
         assert "interrupted" in error["message"] and error["code"] == "worker_died"
+        assert error["type"] == "server_error" and "param" in error  # OpenAI's shape
 
         # The supervisor stays up, says what is wrong, and refuses work clearly meanwhile.
         assert lead.alive()
         health = httpx.get(f"{url}/health", timeout=10)
         assert health.status_code == 503
         assert health.json()["worker"] in ("down", "starting")
+        # still the lead's documented Health shape, unavailable
+        assert Health.__annotations__.keys() <= health.json().keys()
+        assert health.json()["status"] == "unavailable"
+        assert health.json()["model"] == pair[0].stem and health.json()["slots"] == 1
         assert "RPC" in health.json()["last_error"] or "rpc" in health.json()["last_error"]
         down = complete(url)
         assert down.status_code == 503 and "unavailable" in down.json()["error"]["message"]

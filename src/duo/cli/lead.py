@@ -10,6 +10,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -30,6 +31,7 @@ from duo.cli.values import bind_address, mebibytes, non_negative, port, positive
 from duo.errors import UsageError
 from duo.lead.engine.lead import LeadConfig
 from duo.lead.openai.reasoning import FORMATS
+from duo.llama.models import DEFAULT_PAIR, get_pair
 from duo.llama.rpc import check_endpoints, setup_rpc
 from duo.net import check_port, free_port, is_loopback
 from duo.session.config import ModelConfig, parse_pin
@@ -306,13 +308,14 @@ def supervise_lead(args: argparse.Namespace, tls: auth.ServerTls | None = None) 
     """The lead's model runs on rpc-servers: serve through a supervisor (duo.supervisor)."""
     import uvicorn
 
-    from duo.supervisor.supervise import Supervisor, Worker
+    from duo.supervisor.supervise import Served, Supervisor, Worker
 
     check_endpoints(args.rpc)  # fail now, in one line, rather than in a restart loop
     check_endpoints(args.rpcd, "--rpcd")
     port = free_port()
     show = functools.partial(print, flush=True)  # the worker's console, relayed as is
-    supervisor = Supervisor(Worker(worker_argv(args.argv, port), port, show))
+    served = Served(_served_name(args), args.parallel, args.model_draft is not None)
+    supervisor = Supervisor(Worker(worker_argv(args.argv, port), port, show), served)
     print(
         f"duo lead: supervising the model's worker (rpc-servers {args.rpc}) "
         f"on {_public_url(args.host, args.port, tls)}",
@@ -328,6 +331,16 @@ def supervise_lead(args: argparse.Namespace, tls: auth.ServerTls | None = None) 
     )
     uvicorn.Server(config).run()
     return 0
+
+
+def _served_name(args: argparse.Namespace) -> str:
+    """The model's name as the lead gives it (--alias, else its file's stem), before it
+    loads: the default pair's main model, where none is given."""
+    if args.alias:
+        return str(args.alias)
+    if args.model:
+        return Path(args.model).stem
+    return get_pair(args.pair or DEFAULT_PAIR).path("main").stem
 
 
 def cors_origins(text: str) -> tuple[str, ...]:

@@ -16,6 +16,16 @@ from duo.errors import DuoError, http_status
 from duo.lead.protocol.openai import ErrorBody
 
 
+def error_body(
+    message: str,
+    kind: str = "invalid_request_error",
+    *,
+    param: str | None = None,
+    code: str | None = None,
+) -> ErrorBody:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
 def error_response(
     status: int,
     message: str,
@@ -24,8 +34,7 @@ def error_response(
     param: str | None = None,
     code: str | None = None,
 ) -> JSONResponse:
-    body: ErrorBody = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(error_body(message, kind, param=param, code=code), status_code=status)
 
 
 def duo_error_response(e: DuoError) -> JSONResponse:

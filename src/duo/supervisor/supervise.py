@@ -17,6 +17,7 @@ import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 import httpx
 import websockets
@@ -27,6 +28,8 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from duo.channel import protocol
+from duo.lead.format import error_body, error_response
+from duo.lead.protocol.llama import Health
 from duo.sse import DONE, encode
 
 log = logging.getLogger(__name__)
@@ -115,9 +118,20 @@ class Worker:
         return f"the worker exited with code {code}"
 
 
+@dataclass(frozen=True)
+class Served:
+    """What /health says of the lead while its worker is down: the model's name, and its
+    slots and drafter as the command line gives them."""
+
+    model: str
+    slots: int = 1
+    local_drafter: bool = False
+
+
 class Supervisor:
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Worker, served: Served) -> None:
         self.worker = worker
+        self.served = served
         self.client = httpx.AsyncClient(base_url=worker.url, timeout=None)
 
     def app(self) -> Starlette:
@@ -142,11 +156,13 @@ class Supervisor:
         w = self.worker
         why = w.last_error or "it is starting"
         message = f"the main model is unavailable ({why}); retrying, try again shortly"
-        error = {"message": message, "type": "server_error", "param": None}
-        body = {"error": {**error, "code": "worker_" + w.state}}
-        return JSONResponse(body, status_code=503, headers={"Retry-After": "2"})
+        response = error_response(503, message, kind="server_error", code="worker_" + w.state)
+        response.headers["Retry-After"] = "2"
+        return response
 
     async def health(self, request: Request) -> Response:
+        """The lead's Health (its worker's, while it runs; else "unavailable", no slot
+        busy), and the worker's state besides."""
         w = self.worker
         status = {
             "worker": w.state,
@@ -158,7 +174,18 @@ class Supervisor:
             with contextlib.suppress(httpx.HTTPError, ValueError):
                 inner = (await self.client.get("/health", timeout=5)).json()
                 return JSONResponse({**inner, **status})
-        return JSONResponse({"status": "unavailable", **status}, status_code=503)
+        down: Health = {
+            "status": "unavailable",
+            "model": self.served.model,
+            "drafters": 0,
+            "local_drafter": self.served.local_drafter,
+            "busy": False,
+            "slots": self.served.slots,
+            "slots_busy": 0,
+            "queued": 0,
+            "time": time.time(),
+        }
+        return JSONResponse({**down, **status}, status_code=503)
 
     async def forward(self, request: Request) -> Response:
         if self.worker.state != "running":
@@ -195,13 +222,7 @@ class Supervisor:
         except httpx.HTTPError:
             await self.worker.exited(timeout=2)  # its last words reach last_error
             why = self.worker.last_error or "the worker process died"
-            error = {
-                "error": {
-                    "message": f"generation interrupted: {why}",
-                    "type": "server_error",
-                    "code": "worker_died",
-                }
-            }
+            error = error_body(f"generation interrupted: {why}", "server_error", code="worker_died")
             yield encode(error) + encode(DONE)
         finally:
             await response.aclose()

@@ -19,7 +19,8 @@ LAYERS = (
     ("drafting",),  # drafters in this process
     ("channel",),  # the drafter channel
     ("session",),  # models + draft sources + policy, for a lead, the CLI or the bench
-    ("lead", "supervisor", "bench"),  # the server, its rpc supervisor, the measuring tools
+    ("lead", "bench"),  # the server, the measuring tools
+    ("supervisor",),  # the server's rpc supervisor: it answers in the lead's shapes
     ("cli",),
     ("__main__",),
 )
