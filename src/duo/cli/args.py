@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from duo.cli.hub import add_hub_args
@@ -11,7 +12,7 @@ from duo.cli.values import non_negative, positive, proportions
 from duo.core.sampling import SamplingParams
 from duo.errors import UsageError
 from duo.llama.backend import CACHE_TYPES, SPLIT_MODES, Split
-from duo.llama.models import PAIRS
+from duo.llama.models import HALVES, PAIRS
 from duo.llama.rpc import ALL_LAYERS, Placement, setup_rpc
 from duo.llama.vocab import check_chat_template
 from duo.session.config import (
@@ -24,6 +25,17 @@ from duo.session.config import (
     resolve_models,
 )
 from duo.session.threads import with_threads
+
+HALF_ENV = "DUO_HALF"
+
+
+def half_type() -> str:
+    """The 16-bit type a pair's main model is made in: $DUO_HALF (BF16 or F16), F16 by
+    default. Read here, by the commands, and handed down."""
+    chosen = os.environ.get(HALF_ENV, "").upper() or "F16"
+    if chosen not in HALVES:
+        raise UsageError(f"${HALF_ENV} must be BF16 or F16, not {chosen!r}")
+    return chosen
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -245,7 +257,9 @@ def model_config(
     places them (duo.session.threads)."""
     placement = placement or Placement()
     draft_path = args.model_draft if need_draft else None
-    main, draft = resolve_models(args.model, draft_path, args.pair, progress=Spinner)
+    main, draft = resolve_models(
+        args.model, draft_path, args.pair, progress=Spinner, half=half_type()
+    )
     models = ModelConfig(
         main=main,
         draft=draft if need_draft else None,

@@ -8,7 +8,7 @@ import sys
 
 from duo import auth
 from duo.cli import auth_args
-from duo.cli.args import add_fanout_arg, add_max_ahead_arg, add_rpc_arg, offloaded
+from duo.cli.args import add_fanout_arg, add_max_ahead_arg, add_rpc_arg, half_type, offloaded
 from duo.cli.hub import add_hub_args
 from duo.cli.progress import Spinner
 from duo.cli.values import non_negative, positive
@@ -78,7 +78,7 @@ def cmd_back(args: argparse.Namespace) -> int:
     key = auth_args.client_key(args, env=BACK_KEY_ENV)
     tls = auth.client_tls(args.ca_file, url.startswith("wss://"))
     if args.model is None:
-        _, draft = resolve_models(None, None, args.pair, progress=Spinner)
+        _, draft = resolve_models(None, None, args.pair, progress=Spinner, half=half_type())
         path = draft
     else:
         path = resolve_models(args.model, None, None)[0]

@@ -21,7 +21,7 @@ import httpx
 
 from duo import auth
 from duo.cli import auth_args
-from duo.cli.args import read_prompt
+from duo.cli.args import half_type, read_prompt
 from duo.cli.chat import TIMEOUT, http_url
 from duo.cli.hub import add_hub_args
 from duo.cli.values import non_negative, positive
@@ -38,9 +38,9 @@ def cmd_draft(args: argparse.Namespace) -> int:
     key = auth_args.client_key(args)
     tls = auth.client_tls(args.ca_file, httpx.URL(args.server).scheme == "https")
     if args.model is None:  # the default pair's draft
-        path = resolve_models(None, None, args.pair)[1]
+        path = resolve_models(None, None, args.pair, half=half_type())[1]
     else:
-        path = resolve_models(args.model, None, args.pair)[0]
+        path = resolve_models(args.model, None, args.pair, half=half_type())[0]
     assert path is not None
     sampling: dict[str, Any] = {"temperature": args.temp}
     if args.seed is not None:

@@ -22,6 +22,7 @@ from duo.cli.args import (
     add_rpc_arg,
     add_spec_args,
     draft_layers,
+    half_type,
     model_config,
     spec_config,
 )
@@ -340,7 +341,7 @@ def _served_name(args: argparse.Namespace) -> str:
         return str(args.alias)
     if args.model:
         return Path(args.model).stem
-    return get_pair(args.pair or DEFAULT_PAIR).path("main").stem
+    return get_pair(args.pair or DEFAULT_PAIR).path("main", half_type()).stem
 
 
 def cors_origins(text: str) -> tuple[str, ...]:

@@ -12,10 +12,12 @@ from dataclasses import replace
 from duo import __version__
 from duo.busy import OtherLoad, busy_note
 from duo.cli.args import (
+    HALF_ENV,
     add_model_args,
     add_rpc_arg,
     add_sampling_args,
     add_spec_args,
+    half_type,
     model_config,
     read_prompt,
     rpc_placement,
@@ -39,10 +41,8 @@ from duo.core.stats import Stats
 from duo.core.text import TextStream
 from duo.errors import DuoError, UsageError, exit_code
 from duo.llama.models import (
-    HALF_ENV,
     PAIRS,
     file_type,
-    half_type,
     is_ready,
     native_bf16,
     prepare,
@@ -134,7 +134,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         for name in names:
             if name not in PAIRS:
                 raise UsageError(f"unknown model pair {name!r} (known: {', '.join(PAIRS)})")
-            main, draft = prepare(PAIRS[name], progress=Spinner)
+            main, draft = prepare(PAIRS[name], progress=Spinner, half=half_type())
             print(f"{name}: ready\n  main  {main}\n  draft {draft}")
         return 0
     status = 0
@@ -148,7 +148,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     for pair in PAIRS.values():
         print(f"{pair.name:10} {pair.description}")
         for which in ("main", "draft"):
-            path = pair.path(which)
+            path = pair.path(which, half_type())
             if args.action == "verify":
                 ok = verify_file(path)
                 state = "ok" if ok else "MISSING OR CORRUPT"

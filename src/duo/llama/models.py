@@ -5,7 +5,7 @@ with llama.cpp's quantizer and kept in $DUO_HOME/models (default ~/.cache/duo/mo
 Each file is written under a temporary name, checked, then renamed beside a small
 manifest (size, sha256, type), so a half-written file is never used.
 
-A main model is made in F16 unless $DUO_HALF=BF16 asks for BF16 (`half_type`). On a CPU
+A main model is made in F16 unless asked for BF16 (`half`: the CLI reads $DUO_HALF). On a CPU
 that computes BF16 natively (AVX512_BF16, which the llama-cpp-python build enables where
 the CPU has it: scripts/cpu-flags.sh) a batch of BF16 tokens costs less than one of F16,
 so a server's prompts and long drafts go faster; but on a Zen 4 EPYC, a BF16 batch's
@@ -47,9 +47,9 @@ class Source:
     filename: str | None = None  # its name in the cache dir, where it is made there
 
 
-HALF = "half"  # a ModelFile's ftype: F16, or BF16 where $DUO_HALF asks for it
-HALF_ENV = "DUO_HALF"
+HALF = "half"  # a ModelFile's ftype: F16, or BF16 where asked for
 HALVES = ("BF16", "F16")  # the types a HALF file can be made in
+DEFAULT_HALF = "F16"  # exact output first (see above)
 AS_IS = "as-is"  # a ModelFile's ftype: the source GGUF itself, in its own type
 
 
@@ -65,25 +65,17 @@ def native_bf16(cpuinfo: str | None = None) -> bool:
     return "avx512_bf16" in flags.split()
 
 
-def half_type() -> str:
-    """The 16-bit type of main models: $DUO_HALF (BF16 or F16), F16 by default."""
-    chosen = os.environ.get(HALF_ENV, "").upper() or "F16"
-    if chosen not in HALVES:
-        raise UsageError(f"${HALF_ENV} must be BF16 or F16, not {chosen!r}")
-    return chosen
-
-
 @dataclass(frozen=True)
 class ModelFile:
     stem: str  # the file's name before its type
     ftype: str  # llama.cpp ftype the source is (re)quantized to, HALF, or AS_IS
     source: Source | None = None  # where it comes from, if not from its pair's source
 
-    def resolved(self, half: str | None = None) -> str:
-        """The ftype this file is made in: a HALF file's in `half` (default `half_type()`)."""
-        return (half or half_type()) if self.ftype == HALF else self.ftype
+    def resolved(self, half: str = DEFAULT_HALF) -> str:
+        """The ftype this file is made in: a HALF file's in `half`."""
+        return half if self.ftype == HALF else self.ftype
 
-    def name(self, half: str | None = None) -> str:
+    def name(self, half: str = DEFAULT_HALF) -> str:
         return f"{self.stem}-{self.resolved(half).lower()}.gguf"
 
 
@@ -98,7 +90,7 @@ class Pair:
     def dir(self) -> Path:
         return duo_home() / "models" / self.name
 
-    def path(self, which: str, half: str | None = None) -> Path:
+    def path(self, which: str, half: str = DEFAULT_HALF) -> Path:
         spec: ModelFile = self.main if which == "main" else self.draft
         if spec.ftype == AS_IS:
             source = spec.source or self.source
@@ -297,11 +289,11 @@ def _logged(label: str) -> Iterator[None]:
 
 
 def prepare(
-    pair: Pair, *, progress: Step | None = None, half: str | None = None
+    pair: Pair, *, progress: Step | None = None, half: str = DEFAULT_HALF
 ) -> tuple[Path, Path]:
     """Build the pair's files if they are missing; return (main path, draft path).
     `progress` shows each build as it runs (a command's spinner); by default, the log.
-    `half` makes the main model in BF16 or F16 instead of this machine's `half_type()`."""
+    `half`: the 16-bit type of a main model made in one (BF16 or F16)."""
     paths = (pair.path("main", half), pair.path("draft", half))
     for spec, path in ((pair.main, paths[0]), (pair.draft, paths[1])):
         if is_ready(path):

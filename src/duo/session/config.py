@@ -13,7 +13,7 @@ from typing import Literal, get_args
 
 from duo.errors import UsageError
 from duo.llama.backend import LAYER_SPLIT, Split
-from duo.llama.models import DEFAULT_PAIR, Step, get_pair, prepare
+from duo.llama.models import DEFAULT_HALF, DEFAULT_PAIR, Step, get_pair, prepare
 
 Mode = Literal["target", "sync", "async"]
 MODES: tuple[Mode, ...] = get_args(Mode)
@@ -108,13 +108,18 @@ class SpecConfig:
 
 
 def resolve_models(
-    main: str | None, draft: str | None, pair: str | None, progress: Step | None = None
+    main: str | None,
+    draft: str | None,
+    pair: str | None,
+    progress: Step | None = None,
+    half: str = DEFAULT_HALF,
 ) -> tuple[Path, Path | None]:
-    """-m/-md paths, or the files of a named (default) pair, prepared on first use."""
+    """-m/-md paths, or the files of a named (default) pair, prepared on first use (its
+    main model, where made in a 16-bit type, in `half`)."""
     if main is None:
         if draft is not None:
             raise UsageError("-md needs -m (a draft model for which main model?)")
-        paths = prepare(get_pair(pair or DEFAULT_PAIR), progress=progress)
+        paths = prepare(get_pair(pair or DEFAULT_PAIR), progress=progress, half=half)
         return paths
     if pair is not None:
         raise UsageError("give either --pair or -m/-md, not both")

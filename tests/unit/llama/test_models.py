@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from duo.cli.args import HALF_ENV, half_type
 from duo.errors import ModelError, UsageError
 from duo.llama import models
 from duo.llama.models import (
     AS_IS,
     HALF,
-    HALF_ENV,
     QWEN_CODER,
     QWEN_CODER_15B,
     Chunks,
@@ -21,7 +21,6 @@ from duo.llama.models import (
     Pair,
     assemble,
     get_pair,
-    half_type,
     native_bf16,
     prepare,
 )
@@ -45,10 +44,10 @@ def test_main_models_are_f16_unless_the_environment_asks_for_bf16(
     assert half_type() == "F16"  # whatever the CPU: exact output first (see half_type)
     monkeypatch.setenv(HALF_ENV, "bf16")
     assert half_type() == "BF16"
-    assert main.name() == "smollm2-135m-instruct-bf16.gguf"
-    assert get_pair("smollm2").path("main").name == main.name()
-    monkeypatch.setenv(HALF_ENV, "F16")
+    # the environment is the commands' to read: a file is named by the type it is given
     assert main.name() == "smollm2-135m-instruct-f16.gguf"
+    assert main.name(half_type()) == "smollm2-135m-instruct-bf16.gguf"
+    assert get_pair("smollm2").path("main", half_type()).name == main.name("BF16")
     assert ModelFile("smollm2-135m-instruct", "Q3_K_M").name().endswith("-q3_k_m.gguf")
     assert get_pair("smollm2").path("main", "BF16").name == "smollm2-135m-instruct-bf16.gguf"
     assert get_pair("smollm2").path("draft", "BF16").name.endswith("-q3_k_m.gguf")
