@@ -3,11 +3,13 @@
 
     .venv/bin/python scripts/replay-policy.py --suite multiturn
     .venv/bin/python scripts/replay-policy.py --suite code-edit --pair qwen-coder -n 512
+    .venv/bin/python scripts/replay-policy.py --suite fim --pair qwen-coder-1.5b
 
 Records the main model's greedy answers to a workload, one request at a time, as
-`duo bench --clients 1 --suite SUITE` sends them (agent, multiturn, code-edit), or to a
-prompt suite (chat, grounded), and measures the main model's pass costs on this machine
-(each size's median, duo.llama.calibrate.median_costs).
+`duo bench --clients 1 --suite SUITE` sends them (agent, multiturn, code-edit; fim and
+fim-holdout, laid out as `duo lead`'s /infill lays them out with the editor presets'
+-b 1024), or to a prompt suite (chat, grounded), and measures the main model's pass
+costs on this machine (each size's median, duo.llama.calibrate.median_costs).
 Both are kept in --out, so a second run with the same --out replays at once: change the
 policy or the lookups, run it again, compare. Prints tokens per second for the lead's
 adaptive policy, the oracle (which knows the answer) and plain decoding.
@@ -19,17 +21,20 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import Any
 
-from duo.bench.harness import workloads
+from duo.bench.harness import fim, workloads
 from duo.bench.harness.runners import prompt_tokens
 from duo.bench.harness.suite import load_prompts
 from duo.bench.replay import POLICIES, Request, replay
 from duo.core.engine import Generation, run
 from duo.core.policy import CostModel
+from duo.lead.native.infill import FIM_BATCH, FileChunk, infill_prompt
 from duo.llama.backend import Model
 from duo.llama.calibrate import median_costs, spread
 from duo.session.config import SpecConfig, resolve_models
 
+FIM_SUITES = ("fim", "fim-holdout")
 PROMPTS = (64, 128, 256, 512)  # pass sizes a prompt is read in, timed beside the drafts'
 
 
@@ -41,9 +46,32 @@ def greedy(model: Model, prompt: list[int], n: int) -> Request:
     return Request(prompt, g.committed[len(prompt) :], g.finish == "stop")
 
 
+def infill_tokens(model: Model, body: dict[str, Any], n: int) -> list[int]:
+    """A fill-in-the-middle request's prompt, as /infill lays it out."""
+
+    def tokenize(text: str) -> list[int]:
+        return model.vocab.tokenize(text, add_special=False, parse_special=False)
+
+    extra = [FileChunk(c["text"], c.get("filename", "tmp")) for c in body["input_extra"]]
+    prompt, _ = infill_prompt(
+        model.vocab.fim_tokens(),
+        tokenize,
+        tokenize(body["input_prefix"]),
+        tokenize(body["input_suffix"]),
+        extra,
+        model.vocab.tokenize(body["prompt"], add_special=False),
+        n_batch=FIM_BATCH,
+        n_ctx=model.n_ctx,
+        n_predict=n,
+    )
+    return prompt
+
+
 def record(model: Model, suite: str, n: int) -> list[Request]:
     if suite in ("chat", "grounded"):
         return [greedy(model, prompt_tokens(model, p), n) for p in load_prompts(None, suite)]
+    if suite in FIM_SUITES:
+        return [greedy(model, infill_tokens(model, b, n), n) for b in fim.requests(suite)]
     requests = []
     for session in workloads.sessions(suite):
         messages = session.start()
@@ -58,7 +86,7 @@ def record(model: Model, suite: str, n: int) -> list[Request]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    suites = [*workloads.WORKLOADS, "chat", "grounded"]
+    suites = [*workloads.WORKLOADS, "chat", "grounded", *FIM_SUITES]
     parser.add_argument("--suite", default="multiturn", choices=suites)
     parser.add_argument("--pair", default="smollm2")
     parser.add_argument("-n", type=int, default=128, help="most tokens per answer")
@@ -74,7 +102,8 @@ def main() -> None:
         saved = json.loads(out.read_text())
     else:
         main_path, _ = resolve_models(None, None, args.pair)
-        model = Model(main_path, n_ctx=8192, n_threads=len(os.sched_getaffinity(0)))
+        n_ctx = 4096 if args.suite in FIM_SUITES else 8192  # the bench's lead's -c for /infill
+        model = Model(main_path, n_ctx=n_ctx, n_threads=len(os.sched_getaffinity(0)))
         requests = record(model, args.suite, args.n)
         # at the context the rounds run at, on average: the prompt and half the answer
         context = sum(len(r.prompt) + len(r.answer) // 2 for r in requests) // len(requests)
