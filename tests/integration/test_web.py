@@ -207,6 +207,7 @@ def test_chat_streams_with_the_backs_tokens_and_figures(
     row = page.locator(f'#backs tr[data-back="{BACK}"]')
     assert row.locator(".host").inner_text() == "127.0.0.1"
     assert "q3_k_m" in row.locator(".model").inner_text()
+    assert row.locator(".state").inner_text() in ("drafting", "resting", "looking")
     page.wait_for_function(
         "() => document.querySelector('#last-response').textContent.includes('tokens at')"
     )
