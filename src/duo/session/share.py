@@ -264,8 +264,10 @@ class CoreShare:
         self._look_at = self._emitted + self._wait * WINDOW if hopeful else -1
 
     def _take(self, state: str) -> None:
-        if self.costs is not None and self.lends:  # what the passes have shown goes with
-            self.passes[self.state] = CostModel(self.costs.seconds)  # the old threads
+        if self.costs is not None and self.beside:  # what the passes have shown goes
+            # with the old way (its threads, or the drafter's work beside them): the main
+            # model alone is then what it measured last, not only what was timed at start
+            self.passes[self.state] = CostModel(self.costs.seconds)
             self.costs.reset(self.passes[state].seconds)
         switch = state != self.state and self.worker is not None
         if state == SPLIT != self.state:
