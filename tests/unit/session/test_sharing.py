@@ -12,6 +12,8 @@ from duo.core.engine import Round
 from duo.core.policy import CostModel
 from duo.core.sharing import ALONE, MARGIN, SPLIT, Estimate, estimate, split_rate
 from duo.session import share
+from duo.session.config import ModelConfig, SpecConfig
+from duo.session.session import _shares_servers_machine
 from duo.session.share import FIRST_LOOK, JUDGED, WINDOW, CoreShare
 
 
@@ -240,3 +242,18 @@ def test_a_drafter_on_rpc_servers_that_share_the_cores_is_judged_by_both_running
     assert (slow.state, slow.lends, main.n_threads) == (ALONE, False, 1)
     assert slow.passes[SPLIT].cost(1) == pytest.approx(1.35 * CPU_ALONE[1])
     assert made(BOUND_ALONE, 1.0, BOUND_STEP).state == SPLIT
+
+
+def test_a_drafter_on_rpc_servers_shares_the_machine_where_they_are_local() -> None:
+    def models(**kw: object) -> ModelConfig:
+        return ModelConfig(Path("m"), Path("d"), n_gpu_layers_draft=99, **kw)  # type: ignore[arg-type]
+
+    spec = SpecConfig()
+    here = "127.0.0.1:50052"
+    assert _shares_servers_machine(models(rpcd=here), spec)  # the main model on this CPU
+    assert _shares_servers_machine(models(rpcd=here, rpc=f"{here[:-1]}3", n_gpu_layers=99), spec)
+    far = models(rpcd=here, rpc="10.0.0.2:50052", n_gpu_layers=99)
+    assert not _shares_servers_machine(far, spec)  # the main model's servers elsewhere
+    assert not _shares_servers_machine(models(rpcd="10.0.0.3:50052"), spec)
+    assert not _shares_servers_machine(models(), spec)  # no --rpcd
+    assert not _shares_servers_machine(models(rpcd=here), SpecConfig(mode="sync"))

@@ -87,3 +87,21 @@ def test_models_get_their_threads_from_the_plan(monkeypatch: pytest.MonkeyPatch)
     assert (placed.threads, placed.draft_threads, placed.threads_alone) == (3, 1, 0)
     placed = with_threads(models, SpecConfig(), threads=5)
     assert (placed.threads, placed.draft_threads, placed.threads_alone) == (5, 2, 0)
+
+
+def test_a_back_may_borrow_threads_only_where_the_lead_chose_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("duo.session.threads.math_cores", lambda: 8)
+    lead = ModelConfig(main=Path("m.gguf"), draft=None)
+    assert with_threads(lead, SpecConfig()).threads_lendable == 8
+    assert with_threads(lead, SpecConfig(), threads=4).threads_lendable == 0  # -t
+    pinned = SpecConfig(main_cores=frozenset({0, 1}))
+    assert with_threads(lead, pinned).threads_lendable == 0  # --pin
+    on_gpu = ModelConfig(main=Path("m.gguf"), draft=None, n_gpu_layers=99)
+    assert with_threads(on_gpu, SpecConfig()).threads_lendable == 0
+    on_servers = ModelConfig(main=Path("m.gguf"), draft=None, rpc="127.0.0.1:50052")
+    assert with_threads(on_servers, SpecConfig()).threads_lendable == 0
+    # with an in-process drafter beside it: every core, which that drafter lends first
+    beside = ModelConfig(main=Path("m.gguf"), draft=Path("d.gguf"))
+    assert with_threads(beside, SpecConfig()).threads_lendable == 8
