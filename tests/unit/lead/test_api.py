@@ -22,13 +22,14 @@ from duo.core.stats import Stats
 from duo.lead.api import Api
 from duo.lead.engine.events import Delta, Done, Job
 from duo.lead.engine.lead import ModelInfo, Props
+from duo.lead.protocol.llama import Health
 from duo.lead.verifier.service import IDLE_SECONDS
 from duo.lead.web.feed import Feed
 from duo.lead.web.page import Web
 from duo.session.config import SpecConfig
 from duo.session.share import Sharing
 from duo.sse import DONE, iter_events
-from duo.supervisor.supervise import Supervisor, Worker
+from duo.supervisor.supervise import Served, Supervisor, Worker
 from tests.unit.fakes import FakeModel, table_model
 from tests.unit.lead.test_tools import QWEN25, SMOLLM2, WEATHER, renderer
 
@@ -381,16 +382,27 @@ def test_every_error_has_openai_shape_and_status() -> None:
 
 def test_a_lead_whose_worker_is_down_answers_503_in_openai_shape() -> None:
     """`duo lead --rpc`: while the worker that owns the model (re)starts."""
-    supervisor = Supervisor(Worker(["never-started"], 1))
+    supervisor = Supervisor(Worker(["never-started"], 1), Served("big", slots=2))
 
-    async def go() -> httpx.Response:
+    async def go() -> tuple[httpx.Response, httpx.Response]:
         transport = httpx.ASGITransport(app=supervisor.app())
         async with httpx.AsyncClient(transport=transport, base_url="http://lead") as c:
-            return await c.post("/v1/chat/completions", json={"messages": []})
+            chat = await c.post("/v1/chat/completions", json={"messages": []})
+            return chat, await c.get("/health")
 
-    r = run(go())
+    r, health = run(go())
     assert assert_error(r, 503)["type"] == "server_error"
     assert r.headers["retry-after"] == "2"
+    # /health: the lead's documented shape, unavailable, and the worker's state besides
+    body = health.json()
+    assert health.status_code == 503 and Health.__annotations__.keys() <= body.keys()
+    assert (body["status"], body["model"], body["slots"], body["busy"]) == (
+        "unavailable",
+        "big",
+        2,
+        False,
+    )
+    assert body["worker"] == "starting"
 
 
 # -- llama-server's extension endpoints -----------------------------------------------------

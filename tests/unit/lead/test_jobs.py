@@ -40,9 +40,15 @@ class FakeMain:
         self.vocab = SimpleNamespace(piece=lambda token: b"a")
         self.parked: list[tuple[int, int]] = []  # (slot, limit) of every park asked for
 
-    def park(self, slot: int, limit: int) -> bool:
-        self.parked.append((slot, limit))
+    def park(self, seq: int, limit: int) -> bool:
+        self.parked.append((seq, limit))
         return True
+
+    def fork(self, src: int, dst: int, n: int) -> None:
+        raise AssertionError("a deterministic model shares no cells")
+
+    def truncate(self, n: int, seq: int = 0) -> None:
+        self.models[seq].truncate(n)
 
     @property
     def seqs(self) -> list[list[int]]:
@@ -125,8 +131,8 @@ def test_a_request_its_client_cancels_ends_cancelled_not_length(
                 job.cancelled.set()
                 engine.cancelled()
 
-    caplog.set_level(logging.INFO, logger="duo.lead.engine.jobs")
-    engine = Engine(FakeSession(), show=show, done=done)  # type: ignore[arg-type]
+    caplog.set_level(logging.INFO, logger="duo.lead.engine")
+    engine = Engine(FakeSession(), show=show, done=done)
     try:
         events: list[Event] = []
         engine.submit(Ticket(job, events.append))
@@ -173,7 +179,7 @@ def test_a_long_prefill_call_takes_turns_with_the_running_requests() -> None:
         order.append("short request done")
         short_done.set()
 
-    engine = Engine(TwoSlots(), done=done)  # type: ignore[arg-type]
+    engine = Engine(TwoSlots(), done=done)
     try:
         pieces = 0
 
@@ -250,7 +256,7 @@ def test_a_short_request_is_not_held_behind_a_long_prompt(stream: bool) -> None:
             sent.set()  # the long prompt is being read: the short request comes
             engine.submit(short)
 
-    engine = Engine(Paced(on_pass, 3 if stream else 2))  # type: ignore[arg-type]
+    engine = Engine(Paced(on_pass, 3 if stream else 2))
     try:
         if stream:  # a running request, in its own slot until the test ends
             engine.submit(Ticket(Job(prompt=[1, 2], max_tokens=3000), lambda e: None))
@@ -286,7 +292,7 @@ def test_a_request_whose_pass_fails_ends_its_line_on_the_console() -> None:
             raise RuntimeError("llama_decode failed")
 
     session.main.on_pass = on_pass
-    engine = Engine(session, show=lambda slot, chunk: shown.append(chunk))  # type: ignore[arg-type]
+    engine = Engine(session, show=lambda slot, chunk: shown.append(chunk))
     try:
         events: list[Event] = []
         engine.submit(Ticket(Job(prompt=[1, 2, 3], max_tokens=50), events.append))
@@ -308,7 +314,7 @@ def test_a_request_parks_the_idle_slots_it_does_not_take() -> None:
     memory, duo.llama.backend.Model.park) within the engine's memory; a running one never."""
     session = ThreeSlots()
     session.main.on_pass = lambda prompt, tokens: time.sleep(0.005)  # the second runs on
-    engine = Engine(session, cache_bytes=12345)  # type: ignore[arg-type]
+    engine = Engine(session, cache_bytes=12345)
     try:
         first: list[Event] = []
         engine.submit(Ticket(Job(prompt=[1, 2, 3], max_tokens=3), first.append))

@@ -1,11 +1,11 @@
-"""How a lead cuts the prompts it reads into a pass (duo.lead.engine.jobs)."""
+"""How a lead cuts the prompts it reads into a pass (duo.lead.engine.schedule)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 from typing import Any
 
-from duo.lead.engine.jobs import prompt_pieces
+from duo.lead.engine.schedule import prompt_pieces
 
 
 def pieces(prompts: list[list[int]], room: int, whole: int = 0) -> list[list[int]]:

@@ -21,56 +21,77 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
-from duo.core.draft import common_prefix
-from duo.core.engine import Generation, MainModel, Round, step
+from duo.core.engine import BatchModel, Generation, MainModel, Round, step
 from duo.core.logprobs import LogprobQueue, TokenLogprob
 from duo.core.prompt import Prefill
+from duo.core.sampling import SamplingParams
 from duo.core.stats import Stats
 from duo.core.text import Chunk, TextStream
 from duo.errors import DuoError
-from duo.lead.engine.events import Delta, Done, Ending, Failed, Ticket, deltas
+from duo.lead.engine.events import Ending, Ticket
+from duo.lead.engine.output import Outcomes, Running
+from duo.lead.engine.schedule import (
+    PIECE_STRETCH,
+    TURN_STRETCH,
+    Room,
+    Turns,
+    prompt_pieces,
+    prompt_room,
+)
+from duo.lead.engine.slots import SlotChoice, SlotModel
 from duo.llama.backend import CACHE_BYTES
-from duo.session.session import Session, pinned
+from duo.session.session import pinned
 
 log = logging.getLogger(__name__)
 
-# While other requests run, a new prompt is evaluated in pieces alongside their rounds.
-# By default (PIECE_STRETCH, no bound) a prompt longer than what one pass holds is read in
-# turns of equal time with the running requests (see Engine._turn): a pass of up to n_batch
-# prompt tokens beside their tokens, then as long in rounds that carry at most TURN_STRETCH
-# times a round's cost of prompt tokens, shortest prompt first. A running stream then waits
-# for one pass at most, a short request that comes meanwhile is read and answered in the
-# running requests' turn, not after the long prompt, and the long prompt is read at half
-# speed or more. A prompt that fits one pass is read in it, as llama-server reads it (with
-# four clients on agent sessions that halved the time to first token against a stretch of
-# 2.5 at the same throughput, docs/bench/prompt-pieces.md). `duo lead --prompt-stretch X`
-# bounds every round instead: one with a piece costs at most X times a round of every
-# admitted request (the running ones and those reading their prompts), by the measured
-# cost of a pass; a piece has at least PIECE_LEAST tokens, so every prompt moves on.
-PIECE_STRETCH = math.inf
-TURN_STRETCH = 1.5
-PIECE_LEAST = 4
+
+class EngineModel(BatchModel, SlotModel, Protocol):
+    """What the engine needs of the main model (duo.llama.backend.Model, or a fake)."""
+
+    @property
+    def vocab(self) -> Any: ...  # its `piece(token)` spells a token
+
+    def sequence(self, seq: int) -> MainModel: ...
+
+    def truncate(self, n: int, seq: int = 0) -> None: ...
 
 
-@dataclass(eq=False)
-class Running:
-    """A job in a slot: its generation, text, logprobs (if asked for) and statistics."""
+class SessionSpec(Protocol):
+    @property
+    def main_cores(self) -> frozenset[int] | None: ...
 
-    ticket: Ticket
-    slot: int
-    gen: Generation
-    text: TextStream
-    record: list[TokenLogprob] | None  # the sampler's entries of the round (logprobs)
-    entries: LogprobQueue  # entries waiting for the text that shows their tokens
-    stats: Stats = field(default_factory=Stats)
-    prompt: list[int] = field(default_factory=list)  # prompt tokens still to evaluate
-    reused: int = 0  # prompt tokens whose KV was kept from the slot's last request
-    since: float = 0.0  # when the request took its slot
+
+class EngineSession(Protocol):
+    """What the engine drives (duo.session.Session, or a fake)."""
+
+    @property
+    def main(self) -> EngineModel: ...
+
+    @property
+    def slots(self) -> int: ...
+
+    @property
+    def spec(self) -> SessionSpec: ...
+
+    def ready(self) -> None: ...
+
+    def costs(self) -> Room: ...
+
+    def generation(
+        self,
+        prompt: list[int],
+        max_tokens: int,
+        sampling: SamplingParams,
+        slot: int = 0,
+        record: list[TokenLogprob] | None = None,
+    ) -> Generation: ...
+
+    def after_pass(self, rounds: Sequence[Round]) -> None: ...
 
 
 @dataclass(eq=False)
@@ -93,7 +114,7 @@ class Engine:
 
     def __init__(
         self,
-        session: Session,
+        session: EngineSession,
         *,
         show: Callable[[int, Chunk | str], None] | None = None,
         done: Callable[[Stats, Ending], None] | None = None,
@@ -101,30 +122,35 @@ class Engine:
         flush: Callable[[], None] | None = None,
         stretch: float = PIECE_STRETCH,
         cache_bytes: int = CACHE_BYTES,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         """`flush` hands over the events emitted so far: the engine calls it before each
         pass of the main model and before it waits for work (duo.mailbox). A round that
         reads a piece of a new prompt costs at most `stretch` times a round without it.
-        Idle slots are parked in up to `cache_bytes` of host memory (see _take_slot)."""
+        Idle slots are parked in up to `cache_bytes` of host memory (duo.lead.engine.slots).
+        `clock` times the turns (duo.lead.engine.schedule)."""
         self.session = session
         self.stretch = stretch
-        self.cache_bytes = cache_bytes
         # Long prompts take turns with the running requests (see _turn), unless a stretch
         # bounds every round; the running requests' turn reads prompts within this one.
         self._turns = stretch == math.inf
         self._turn_stretch = TURN_STRETCH if self._turns else stretch
         self.slots = session.slots
-        self._show = show
-        self._done = done
-        self._failed = failed
+        self._outcomes = Outcomes(
+            slots=self.slots,
+            cached=lambda slot: len(session.main.seqs[slot]),
+            show=show,
+            done=done,
+            failed=failed,
+        )
+        self._choice = SlotChoice(session.main, self.slots, cache_bytes)
+        self._owed = Turns(clock)
+        self._clock = clock
         self._flush = flush or (lambda: None)
         self._queue: deque[Ticket] = deque()
         self._calls: deque[Call] = deque()
         self._running: dict[int, Running] = {}  # by slot; the engine thread's alone
         self._stepping: dict[int, tuple[Call, Generator[Any, None, Any]]] = {}  # by slot
-        self._taken = [0] * self.slots  # when each slot was last taken (_takes then; 0: never)
-        self._takes = 0
-        self._owed = 0.0  # seconds of rounds the running requests are owed (see _turn)
         self._wake = threading.Condition()
         self._closing = False
         self._started = threading.Event()
@@ -238,17 +264,17 @@ class Engine:
     def _turn(self) -> None:
         """The running requests' turn, or a turn of the pieces: the steps of every stepping
         call and a round that reads prompts in whole passes. The two take the engine in
-        turns of equal time: after the pieces took T seconds, the requests' rounds run for
-        T seconds, reading prompts that end in the pass whole and the others only as much
-        as keeps a round within TURN_STRETCH of its cost. So a running stream waits for one
-        turn of pieces at most, a short request is answered in the requests' turn, and a
-        long prompt is read at half speed or more meanwhile. With nobody to serve, every
-        turn is one of pieces. With --prompt-stretch X every round reads prompts within
-        X, and only the calls' steps take turns."""
-        t0 = time.perf_counter()
-        if self._owed > 0 and self._served():
+        turns of equal time (duo.lead.engine.schedule.Turns): the requests' rounds read
+        prompts that end in the pass whole and the others only as much as keeps a round
+        within TURN_STRETCH of its cost. So a running stream waits for one turn of pieces
+        at most, a short request is answered in the requests' turn, and a long prompt is
+        read at half speed or more meanwhile. With nobody to serve, every turn is one of
+        pieces. With --prompt-stretch X every round reads prompts within X, and only the
+        calls' steps take turns."""
+        t0 = self._clock()
+        if self._owed.requests_turn(self._served()):
             self._round(self._turn_stretch, to_the_end=self._turns)
-            self._owed -= time.perf_counter() - t0
+            self._owed.served_for(self._clock() - t0)
             return
         stepped = bool(self._stepping)
         for slot in list(self._stepping):
@@ -258,7 +284,7 @@ class Engine:
         # The pieces' time is owed to the running requests if a prompt is longer than what
         # the pass could hold (a prompt that fits is read in one pass, owing nothing).
         longer = self._turns and any(r.prompt for r in self._running.values())
-        self._owed = time.perf_counter() - t0 if stepped or longer else 0.0
+        self._owed.pieces_took(self._clock() - t0, stepped or longer)
 
     def _served(self) -> bool:
         """Whether the running requests' turn has someone to serve: a request past its
@@ -305,7 +331,7 @@ class Engine:
             LogprobQueue(piece),
         )
         self._running[slot] = running
-        running.since = time.perf_counter()
+        running.since = self._clock()
         try:
             running.reused, missing = gen.begin()
         except Exception as e:
@@ -318,39 +344,14 @@ class Engine:
     def _prefilled(self, running: Running) -> None:
         """Its prompt is read: a warm-up (Job.warm_up) ends here."""
         prompt = running.gen.prompt
-        seconds = time.perf_counter() - running.since
+        seconds = self._clock() - running.since
         running.stats.add_prefill(Prefill(len(prompt), running.reused, seconds))
         if running.ticket.job.warm_up:
             self._end(running, "length")
 
     def _take_slot(self, prompt: list[int], asked: int | None = None, share: bool = True) -> int:
-        """The slot `asked` for, if it is free; else the free slot whose cached tokens
-        share the longest prefix with the prompt (as llama-server picks); of slots that
-        share as much, the one taken longest ago (one never taken first, as llama-server's
-        LRU), so that a prompt sharing nothing with the cached ones (a raw prompt among
-        chats) does not take the slot that holds what the chats share. Unless `share` is
-        False (cache_prompt off), if another slot, running or not, holds a longer prefix, the
-        free slot takes it over: the KV cells are shared or copied, not computed again (a
-        system prompt every session sends is read once, not once per slot). A
-        deterministic model shares nothing: a slot's results would then depend on how
-        another slot read its prompt. The other free slots are parked in host memory, up
-        to cache_bytes of them (as llama-server's --cache-idle-slots and --cache-ram)."""
-        main = self.session.main
-        shared = [common_prefix(main.seqs[s], prompt) for s in range(self.slots)]
         free = [s for s in range(self.slots) if s not in self._running and s not in self._stepping]
-        slot = max(free, key=lambda s: (shared[s], -self._taken[s]))
-        if asked in free:
-            slot = asked
-        self._takes += 1
-        self._taken[slot] = self._takes
-        best = max(range(self.slots), key=shared.__getitem__)
-        n = min(shared[best], len(prompt) - 1)  # the last token is always fed again
-        if share and not main.deterministic and n > shared[slot]:
-            main.fork(best, slot, n)
-        for idle in free:  # their cells would slow every pass (duo.llama.backend.Model.park)
-            if idle != slot:
-                main.park(idle, self.cache_bytes)
-        return slot
+        return self._choice.take(prompt, free, asked, share)
 
     def _round(self, stretch: float, to_the_end: bool = False) -> None:
         """One pass: every running request's round, and pieces of the prompts being read,
@@ -394,39 +395,15 @@ class Engine:
                 self._advance(running, result)
 
     def _prompt_room(self, stretch: float, turn: bool = False) -> int:
-        """Prompt tokens a round may evaluate beside the running requests' tokens (each at
-        least one) while it costs at most `stretch` times a round of every admitted request:
-        whole batches when nothing else runs, but in the running requests' `turn`."""
-        n_batch = self.session.main.n_batch
-        decoding = self._decoding()
-        if not decoding and not turn:
-            return n_batch
+        main = self.session.main
         admitted = len(self._running)  # the round once every prompt is read
-        room = self.session.costs().room(decoding, stretch, n_batch - decoding, admitted)
-        return max(room, PIECE_LEAST)
+        costs = self.session.costs()
+        return prompt_room(costs, main.n_batch, self._decoding(), admitted, stretch, turn)
 
     def _advance(self, running: Running, r: Round) -> None:
-        running.stats.add(r)
-        chunk = running.text.feed(r)
-        if self._show:
-            self._show(running.slot, chunk)
-        record = running.record
-        if record is not None:
-            running.entries.add(record[: len(r.tokens)])  # none past an end-of-generation
-            record.clear()
-        for delta in deltas(chunk, r):
-            if record is not None:
-                delta = replace(delta, logprobs=running.entries.emitted(delta.text))
-            running.ticket.emit(delta)
-        if running.text.stopped:  # a limit cut the text: told as a budget would be
-            self._end(running, "length" if running.text.limited else "stop")
-        elif r.finish:
-            self._end(running, r.finish)
-
-    def _show_end(self, running: Running, tail: str) -> None:
-        """The end of a request's text: its last text and the end of its line."""
-        if self._show:
-            self._show(running.slot, tail + "\n")
+        ending = self._outcomes.advance(running, r)
+        if ending is not None:
+            self._end(running, ending)
 
     def _end(self, running: Running, outcome: Ending | Exception | None) -> None:
         """The request leaves its slot: finished (`Finish`), cancelled by its client,
@@ -436,68 +413,7 @@ class Engine:
             running.gen.end()
         except Exception:
             log.exception("a draft source failed to end a generation")
-        if isinstance(outcome, Exception) or outcome is None:
-            self._show_end(running, "")
-            self._fail(running.ticket, outcome or DuoError("the lead is shutting down"))
-            return
-        tail = running.text.finish()
-        self._show_end(running, tail)
-        logprobs = (
-            () if running.record is None else running.entries.finish(tail, running.text.stopped)
-        )
-        if tail or logprobs:
-            running.ticket.emit(Delta(tail, logprobs=logprobs))
-        stats = running.stats
-        stats.add_received(running.gen.received())
-        if self._done:
-            self._done(stats, outcome)
-        log.info(
-            "request%s: prompt %d tokens (%d ms), generated %d tokens at %.1f tok/s, "
-            "drafted %d, accepted %d, mean acceptance length %.2f, finish %s%s",
-            f" (slot {running.slot})" if self.slots > 1 else "",
-            stats.prompt_tokens,
-            1000 * stats.prefill_seconds,
-            stats.tokens,
-            stats.tokens_per_second,
-            stats.drafted,
-            stats.accepted,
-            stats.mean_acceptance_length,
-            outcome,
-            f" (by source: {stats.sources_text()})" if stats.by_source else "",
-        )
-        if outcome != "cancelled":  # else nobody waits for it any more
-            cached = len(self.session.main.seqs[running.slot])
-            running.ticket.emit(Done(outcome, stats, running.text.word, running.slot, cached))
+        self._outcomes.end(running, outcome)
 
     def _fail(self, ticket: Ticket, e: Exception) -> None:
-        if self._failed:
-            self._failed()
-        if isinstance(e, DuoError):
-            ticket.emit(Failed(str(e)))
-        else:  # never let one request take the lead down
-            log.error("generation failed", exc_info=e)
-            ticket.emit(Failed(f"internal error: {e}"))
-
-
-def prompt_pieces(
-    feeding: list[Running], room: int, whole: int = 0
-) -> list[tuple[Running, list[int]]]:
-    """The prompt tokens a round evaluates: up to `room` in all, or up to `whole` for the
-    prompts it reads to their end, each with its first round's token; the shortest rest of
-    a prompt first (a short request is not held behind a long prompt; a long one still
-    gets what the short ones leave of every pass). A prompt evaluated in pieces alongside
-    the running requests' rounds delays each of their rounds a little, where a pass of its
-    own would stall them all for the whole prompt."""
-    pieces = []
-    for running in sorted(feeding, key=lambda r: (len(r.prompt), r.since)):
-        prompt = running.prompt
-        if len(prompt) < max(room, whole):  # it ends here: its first round rides too
-            piece, used = prompt, len(prompt) + 1
-        else:
-            piece = prompt[: min(max(room, 0), len(prompt) - 1)]
-            used = len(piece)
-        if not piece:
-            break
-        pieces.append((running, piece))
-        room, whole = room - used, whole - used
-    return pieces
+        self._outcomes.fail(ticket, e)

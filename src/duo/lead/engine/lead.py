@@ -22,8 +22,9 @@ from duo.core.engine import MainModel
 from duo.core.text import Chunk
 from duo.errors import PromptTooLong, UsageError
 from duo.lead.engine.events import Delta, Event, Job, Ticket
-from duo.lead.engine.jobs import PIECE_STRETCH, Engine
+from duo.lead.engine.jobs import Engine
 from duo.lead.engine.metrics import Metrics
+from duo.lead.engine.schedule import PIECE_STRETCH
 from duo.llama.backend import CACHE_BYTES
 from duo.llama.grammar import Grammar
 from duo.llama.vocab import FimTokens
@@ -47,7 +48,7 @@ class LeadConfig:
     parallel: int = 4  # --parallel / -np: requests decoded together, one slot each (as
     # llama-server's default: 4 slots in one KV buffer)
     # --prompt-stretch: a round that reads a piece of a new prompt beside running requests
-    # costs at most this many times their round (duo.lead.engine.jobs)
+    # costs at most this many times their round (duo.lead.engine.schedule)
     prompt_stretch: float = PIECE_STRETCH
     # --cache-ram: MiB of host memory for idle slots' KV cells (0: none, -1: no limit)
     cache_ram: int = CACHE_BYTES // 2**20
