@@ -27,8 +27,8 @@ from duo.bench.harness import fim, workloads
 from duo.bench.harness.runners import prompt_tokens
 from duo.bench.harness.suite import load_prompts
 from duo.bench.replay import POLICIES, Request, replay
-from duo.core.engine import Generation, run
 from duo.core.policy import CostModel
+from duo.core.rounds import Generation, run
 from duo.lead.native.infill import FIM_BATCH, FileChunk, infill_prompt
 from duo.llama.backend import Model
 from duo.llama.calibrate import median_costs, spread

@@ -14,8 +14,8 @@ import numpy as np
 
 from duo.core.choice import Chooser
 from duo.core.draft import Draft
-from duo.core.engine import DraftSource, Generation, MainModel, Round, run
 from duo.core.prompt import Prefill
+from duo.core.rounds import DraftSource, Generation, MainModel, Round, run
 from duo.core.sampling import Sampler
 
 N_VOCAB = 16

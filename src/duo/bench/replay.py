@@ -25,8 +25,8 @@ import numpy as np
 
 from duo.core.choice import Choice, Chooser, Longest, PerSource
 from duo.core.draft import Proposal, common_prefix
-from duo.core.engine import Generation
 from duo.core.policy import ALONE, Base, CostModel
+from duo.core.rounds import Generation
 from duo.core.sampling import Logits
 from duo.drafting.lookup import NGRAM, SUFFIX, NgramDrafts, SuffixDrafts, SuffixMemory
 from duo.drafting.sources import Sources

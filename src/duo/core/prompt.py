@@ -15,7 +15,7 @@ from duo.errors import PromptTooLong, UsageError
 
 
 class PromptModel(Protocol):
-    """What reading a prompt needs of the main model (duo.core.engine.MainModel has it)."""
+    """What reading a prompt needs of the main model (duo.core.rounds.MainModel has it)."""
 
     n_ctx: int
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from duo.core.engine import After, Round
 from duo.core.prompt import Prefill
+from duo.core.rounds import After, Round
 
 
 @dataclass(slots=True)

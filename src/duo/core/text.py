@@ -12,8 +12,8 @@ import codecs
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from duo.core.engine import Round
 from duo.core.limits import Limits
+from duo.core.rounds import Round
 from duo.core.stops import StopMatcher
 
 GREEN = "\x1b[32m"

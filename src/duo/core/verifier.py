@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
-from duo.core.engine import MainModel
 from duo.core.prompt import prefill_steps, to_the_end
+from duo.core.rounds import MainModel
 from duo.core.sampling import Sampler, SamplingParams, adjusted
 from duo.core.verify import verify
 from duo.errors import PromptTooLong

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from duo.core.draft import Draft, Proposal, delta, first_usable
-from duo.core.engine import DraftSource
+from duo.core.rounds import DraftSource
 from duo.drafting.drafter import DraftWorker, Mirror
 from duo.llama.backend import CACHE_BYTES, Model
 

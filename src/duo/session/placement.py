@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 from duo.channel import protocol as p
 from duo.channel.backs import Backs, BackState, Remote
-from duo.core.engine import Round
 from duo.core.policy import CostModel
+from duo.core.rounds import Round
 from duo.core.sharing import ALONE, SPLIT
 from duo.llama.backend import Model
 from duo.net import is_loopback, machine_id

@@ -15,7 +15,7 @@ policy verifies the proposal worth the most tokens per second (duo.core.choice.P
 in sync mode the longest. The target mode uses none.
 
 Slots: the main model holds `slots` sequences, so a lead can decode several generations
-in one pass (duo.core.engine.step). Each generation gets draft sources of its own: its
+in one pass (duo.core.rounds.step). Each generation gets draft sources of its own: its
 own n-gram index, a view of the suffix cache every generation shares, and its share of
 the model drafters, which draft for every running generation at once (the local one in
 a sequence of the draft model per slot, a back in one per session). Each slot has its own
@@ -30,9 +30,9 @@ from contextlib import contextmanager
 
 from duo.channel.backs import Backs
 from duo.core.choice import Chooser, Longest, PerSource
-from duo.core.engine import DraftPool, DraftSource, Generation, NoDrafts, Round, run
 from duo.core.logprobs import TokenLogprob
 from duo.core.policy import CostModel, StreakAcceptance
+from duo.core.rounds import DraftPool, DraftSource, Generation, NoDrafts, Round, run
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.sharing import ALONE, SPLIT
 from duo.core.stats import Stats

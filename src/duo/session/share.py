@@ -45,8 +45,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from duo.core.engine import Round
 from duo.core.policy import CostModel
+from duo.core.rounds import Round
 from duo.core.sharing import ALONE, MARGIN, SPLIT, Estimate, estimate
 from duo.llama.backend import Model
 from duo.llama.calibrate import cached, contended

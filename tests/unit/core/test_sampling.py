@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from duo.core.draft import Proposal
-from duo.core.engine import NoDrafts
+from duo.core.rounds import NoDrafts
 from duo.core.sampling import Dist, Greedy, Logits, SamplingParams, adjusted
 from duo.drafting.sources import SyncDrafts, ThreadDrafts
 from duo.errors import UsageError

@@ -1,4 +1,4 @@
-"""Several generations in one pass (duo.core.engine.step): each is what it is alone."""
+"""Several generations in one pass (duo.core.rounds.step): each is what it is alone."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 
 from duo.core.choice import PerSource
 from duo.core.draft import Proposal
-from duo.core.engine import Generation, Round, step
 from duo.core.policy import CostModel, StreakAcceptance
+from duo.core.rounds import Generation, Round, step
 from duo.core.sampling import SamplingParams
 from duo.drafting.lookup import NgramDrafts
 from duo.drafting.sources import Sources, SyncDrafts

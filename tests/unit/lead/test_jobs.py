@@ -16,7 +16,7 @@ import pytest
 
 from duo.channel.endpoint import WireStats
 from duo.core.choice import Chooser, Longest
-from duo.core.engine import Generation
+from duo.core.rounds import Generation
 from duo.core.sampling import SamplingParams
 from duo.core.stats import Stats
 from duo.core.text import Chunk

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from duo.channel.endpoint import WireStats
-from duo.core.engine import Round
 from duo.core.prompt import Prefill
+from duo.core.rounds import Round
 from duo.core.stats import Stats
 from duo.lead.engine.metrics import Metrics
 from duo.lead.protocol.openai import timings

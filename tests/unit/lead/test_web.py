@@ -16,7 +16,7 @@ from starlette.websockets import WebSocket
 from duo.auth import Keys
 from duo.channel.backs import Backs, Remote
 from duo.channel.endpoint import _peer
-from duo.core.engine import Round
+from duo.core.rounds import Round
 from duo.core.stats import SourceStats, Stats
 from duo.core.text import Chunk
 from duo.errors import DuoError

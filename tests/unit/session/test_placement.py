@@ -9,8 +9,8 @@ import pytest
 
 from duo.channel import protocol as p
 from duo.channel.backs import Backs, Remote
-from duo.core.engine import Round
 from duo.core.policy import CostModel
+from duo.core.rounds import Round
 from duo.net import machine_id
 from duo.session import placement, share
 from duo.session.placement import BackPlacement

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from duo.core.engine import Round
 from duo.core.policy import CostModel
+from duo.core.rounds import Round
 from duo.core.sharing import ALONE, MARGIN, SPLIT, Estimate, estimate, split_rate
 from duo.session import share
 from duo.session.config import ModelConfig, SpecConfig

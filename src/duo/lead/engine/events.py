@@ -8,9 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from duo.core.engine import Finish, Round
 from duo.core.limits import Limits
 from duo.core.logprobs import TokenLogprob
+from duo.core.rounds import Finish, Round
 from duo.core.sampling import GREEDY, SamplingParams
 from duo.core.stats import Stats
 from duo.core.text import Chunk

@@ -7,7 +7,7 @@ llama-server picks); if another slot, busy or not, holds a longer prefix of it, 
 request's slot shares those KV cells. Its prompt is evaluated in pieces that ride along
 with the running requests' rounds (whole batches when nothing else runs), and from then
 on every running request advances together: one pass of the main model per round holds
-each one's last token and chosen draft (duo.core.engine.step).
+each one's last token and chosen draft (duo.core.rounds.step).
 A request that fails, stops or is cancelled leaves its slot without disturbing the
 others. Its text streams back as events through `emit`, which must be thread-safe.
 A `call` (a drafter-driven client's verification, duo.core.verifier) runs between rounds
@@ -26,9 +26,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from duo.core.engine import BatchModel, Generation, MainModel, Round, step
 from duo.core.logprobs import LogprobQueue, TokenLogprob
 from duo.core.prompt import Prefill
+from duo.core.rounds import BatchModel, Generation, MainModel, Round, step
 from duo.core.sampling import SamplingParams
 from duo.core.stats import Stats
 from duo.core.text import Chunk, TextStream

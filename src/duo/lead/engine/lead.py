@@ -18,7 +18,7 @@ from typing import Any
 from duo.auth import KeySpec
 from duo.channel.backs import Backs
 from duo.channel.endpoint import WireStats
-from duo.core.engine import MainModel
+from duo.core.rounds import MainModel
 from duo.core.text import Chunk
 from duo.errors import PromptTooLong, UsageError
 from duo.lead.engine.events import Delta, Event, Job, Ticket

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from duo.channel.endpoint import WireStats
-from duo.core.engine import AFTER
+from duo.core.rounds import AFTER
 from duo.core.stats import Stats
 from duo.lead.engine.events import ENDINGS, Ending
 

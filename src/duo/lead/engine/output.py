@@ -8,8 +8,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from duo.core.engine import Generation, Round
 from duo.core.logprobs import LogprobQueue, TokenLogprob
+from duo.core.rounds import Generation, Round
 from duo.core.stats import Stats
 from duo.core.text import Chunk, TextStream
 from duo.errors import DuoError

@@ -27,8 +27,8 @@ from typing import Any, Protocol
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from duo.core.engine import MainModel
 from duo.core.prompt import prefill_steps
+from duo.core.rounds import MainModel
 from duo.core.verifier import Checked, DraftedGeneration
 from duo.errors import UsageError
 from duo.lead.protocol.verifier import Prefilled, Verified, VerifierStats
@@ -50,7 +50,7 @@ class VerifierLead(Protocol):
 
     def call(self, fn: Callable[[MainModel], Any], tokens: list[int]) -> Future[Any]:
         """fn(sequence) on the engine thread; a generator it returns is run a step at a
-        time between the other requests' rounds (duo.core.engine.Steps)."""
+        time between the other requests' rounds (duo.core.rounds.Steps)."""
         ...
 
 

@@ -8,9 +8,9 @@ import pytest
 
 from duo.core.choice import Choice, Longest
 from duo.core.draft import Proposal
-from duo.core.engine import AFTER, NoDrafts
 from duo.core.policy import ALONE, Base
 from duo.core.prompt import prefill
+from duo.core.rounds import AFTER, NoDrafts
 from duo.core.stats import Stats
 from duo.drafting.sources import SyncDrafts, ThreadDrafts
 from duo.errors import PromptTooLong, UsageError
