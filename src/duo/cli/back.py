@@ -13,7 +13,7 @@ from duo.cli.hub import add_hub_args
 from duo.cli.progress import Spinner
 from duo.cli.values import non_negative, positive
 from duo.errors import CertificateError, Refused, UsageError, exit_code
-from duo.llama.rpc import device_list, setup_rpc
+from duo.llama.rpc import setup_rpc
 from duo.session.config import parse_pin
 from duo.session.threads import math_cores
 
@@ -69,8 +69,7 @@ def add_back_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def cmd_back(args: argparse.Namespace) -> int:
     from duo.channel.back import Back, BackConfig, drafter_url
-    from duo.llama.backend import Model
-    from duo.session.config import resolve_models
+    from duo.session.config import ModelConfig, open_draft, resolve_models
 
     if args.rpc and args.rpcd:
         raise UsageError("give a back's rpc-servers with --rpc or --rpcd, not both")
@@ -86,14 +85,15 @@ def cmd_back(args: argparse.Namespace) -> int:
     cores, _ = parse_pin(args.pin) if args.pin else (None, None)
     layers = offloaded(args.n_gpu_layers, args.rpcd)
     placement = setup_rpc(args.rpc, n_gpu_layers=layers, rpcd=args.rpcd, n_gpu_layers_draft=layers)
-    model = Model(
-        path,
-        n_ctx=args.ctx_size,
-        n_threads=args.threads or (len(cores) if cores else math_cores()),
-        n_gpu_layers=layers,
-        devices=device_list(placement.draft),
-        n_seq=args.parallel,
-        forks=args.parallel * args.fanout,
+    drafting = ModelConfig(  # a back's one model is a draft model
+        main=path,
+        draft=path,
+        draft_threads=args.threads or (len(cores) if cores else math_cores()),
+        n_gpu_layers_draft=layers,
+        draft_devices=placement.draft,
+    )
+    model = open_draft(
+        drafting, args.ctx_size, n_seq=args.parallel, forks=args.parallel * args.fanout
     )
     config = BackConfig(
         lead=args.lead,

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from duo.errors import UsageError
-from duo.llama.backend import LAYER_SPLIT, Split
+from duo.llama.backend import LAYER_SPLIT, Model, Split
 from duo.llama.models import DEFAULT_HALF, DEFAULT_PAIR, Step, get_pair, prepare
+from duo.llama.rpc import device_list
 
 Mode = Literal["target", "sync", "async"]
 MODES: tuple[Mode, ...] = get_args(Mode)
@@ -105,6 +106,23 @@ class SpecConfig:
         """Most draft tokens one round verifies: the model drafters' or the lookups'."""
         lookups = self.spec_types & {"ngram", "suffix"}
         return max(self.draft_max, self.lookup_max if lookups else 0)
+
+
+def open_draft(models: ModelConfig, n_ctx: int, *, n_seq: int = 1, forks: int = 0) -> Model:
+    """The draft model as `models` places it (its threads, layers, devices, mmap): the
+    one way every drafter opens it (`n_seq` sequences of `n_ctx` tokens, `forks` more
+    for fan-out)."""
+    assert models.draft is not None
+    return Model(
+        models.draft,
+        n_ctx=n_ctx,
+        n_threads=models.draft_threads,
+        n_gpu_layers=models.n_gpu_layers_draft,
+        devices=device_list(models.draft_devices),
+        mmap=models.mmap,
+        n_seq=n_seq,
+        forks=forks,
+    )
 
 
 def resolve_models(

@@ -44,7 +44,7 @@ from duo.llama.calibrate import cached
 from duo.llama.grammar import Grammar
 from duo.llama.rpc import device_list, parse_endpoints
 from duo.net import is_loopback
-from duo.session.config import ModelConfig, SpecConfig
+from duo.session.config import ModelConfig, SpecConfig, open_draft
 from duo.session.placement import BackPlacement
 from duo.session.share import FIXED, CoreShare, Sharing
 
@@ -102,16 +102,8 @@ class Session:
         self.share: CoreShare | None = None  # the cores lent between main model and drafter
         try:
             if "model" in types and models.draft is not None:
-                self.draft = Model(
-                    models.draft,
-                    n_ctx=self.main.n_ctx,
-                    n_threads=models.draft_threads,
-                    n_gpu_layers=models.n_gpu_layers_draft,
-                    devices=device_list(models.draft_devices),
-                    mmap=models.mmap,
-                    n_seq=slots,
-                    forks=slots * spec.fanout if spec.mode == "async" else 0,
-                )
+                forks = slots * spec.fanout if spec.mode == "async" else 0
+                self.draft = open_draft(models, self.main.n_ctx, n_seq=slots, forks=forks)
                 check_compatible(self.main, self.draft)
                 if _lends_cores(models, spec) or _shares_servers_machine(models, spec):
                     # On rpc-servers that share the machine with the main model's layers,

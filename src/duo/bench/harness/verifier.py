@@ -17,9 +17,8 @@ from duo.core.sampling import SamplingParams
 from duo.core.stats import Stats
 from duo.drafting.client import VerifierClient, drafted
 from duo.llama.backend import Model
-from duo.llama.rpc import device_list
 from duo.net import free_port
-from duo.session.config import ModelConfig, SpecConfig
+from duo.session.config import ModelConfig, SpecConfig, open_draft
 from duo.session.session import pinned
 
 
@@ -51,13 +50,7 @@ class LeadClient(Runner):
         self.link = Link(link.rtt_ms, link.jitter_ms).proxy(("127.0.0.1", port), "127.0.0.1")
         self.model: Model | None = None
         try:
-            self.model = Model(
-                models.draft,
-                n_ctx=models.n_ctx,
-                n_threads=models.draft_threads,
-                n_gpu_layers=models.n_gpu_layers_draft,
-                devices=device_list(models.draft_devices),
-            )
+            self.model = open_draft(models, models.n_ctx)
             self.tokenized = [prompt_tokens(self.model, p) for p in prompts]
             url = f"http://127.0.0.1:{self.link.port if self.link else port}"
             self.client = httpx.Client(base_url=url, timeout=600)
