@@ -325,7 +325,9 @@ def test_a_request_parks_the_idle_slots_it_does_not_take() -> None:
         session.main.parked.clear()
         running: list[Event] = []
         engine.submit(Ticket(Job(prompt=[4, 5, 6], max_tokens=3000), running.append))
+        deadline = time.monotonic() + 30
         while not running:
+            assert time.monotonic() < deadline, "the second request never started"
             time.sleep(0.01)
         second_slot = next(iter({0, 1, 2} - {slot for slot, _ in session.main.parked}))
         assert (first_slot, 12345) in session.main.parked  # the first request's, now idle
