@@ -26,7 +26,8 @@ plus the web page's (duo.lead.web.page), which the composition root hands in.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import asdict
+from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -40,7 +41,7 @@ from duo.channel import protocol
 from duo.channel.endpoint import DrafterEndpoint
 from duo.errors import DuoError, http_status
 from duo.lead.anthropic.messages import Messages
-from duo.lead.engine.lead import Lead, Status
+from duo.lead.engine.lead import Lead, Slot, Status
 from duo.lead.engine.metrics import Metrics
 from duo.lead.format import duo_error_response, error_response
 from duo.lead.native.routes import Native
@@ -190,20 +191,7 @@ class Api:
         drafters = [
             DrafterState(name=r.name, state=r.state, why=r.why) for r in self.lead.backs.remotes
         ]
-        slots = [
-            SlotState(
-                id=s.id,
-                n_ctx=s.n_ctx,
-                speculative=s.speculative,
-                is_processing=s.is_processing,
-                n_cached=s.n_cached,
-                n_prompt_tokens=s.n_prompt_tokens,
-                n_decoded=s.n_decoded,
-                drafters=drafters,
-            )
-            for s in self.lead.slots()
-        ]
-        return JSONResponse(slots)
+        return JSONResponse([slot_state(s, drafters) for s in self.lead.slots()])
 
     async def metrics(self, request: Request) -> Response:
         return PlainTextResponse(self._metrics.render(), media_type="text/plain; version=0.0.4")
@@ -218,18 +206,16 @@ class Api:
 
 
 def health_body(s: Status) -> Health:
-    """GET /health's answer (also what the web page's feed reads)."""
-    return {
-        "status": "ok",
-        "model": s.model,
-        "drafters": s.drafters,
-        "local_drafter": s.local_drafter,
-        "busy": s.slots_busy > 0,
-        "slots": s.slots,
-        "slots_busy": s.slots_busy,
-        "queued": s.queued,
-        "time": s.time,
-    }
+    """GET /health's answer (also what the web page's feed reads): the engine's Status,
+    field for field (tests/unit/lead/test_api.py checks that they stay so), with what
+    follows from it."""
+    return cast(Health, {"status": "ok", "busy": s.slots_busy > 0, **asdict(s)})
+
+
+def slot_state(s: Slot, drafters: list[DrafterState]) -> SlotState:
+    """GET /slots' answer for one slot: the engine's Slot, field for field (checked as
+    health_body's is), and the backs that draft for every slot."""
+    return cast(SlotState, {**asdict(s), "drafters": drafters})
 
 
 def _status(e: DuoError) -> tuple[int, str]:

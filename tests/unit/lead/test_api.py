@@ -9,6 +9,7 @@ import json
 import math
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from concurrent.futures import Future
+from dataclasses import fields
 from typing import Any
 
 import httpx
@@ -19,10 +20,10 @@ from starlette.routing import Route, WebSocketRoute
 from duo.channel.backs import Backs
 from duo.core.prompt import to_the_end
 from duo.core.stats import Stats
-from duo.lead.api import Api
+from duo.lead.api import Api, health_body, slot_state
 from duo.lead.engine.events import Delta, Done, Job
-from duo.lead.engine.lead import ModelInfo, Props
-from duo.lead.protocol.llama import Health
+from duo.lead.engine.lead import ModelInfo, Props, Slot, Status
+from duo.lead.protocol.llama import Health, SlotState
 from duo.lead.verifier.service import IDLE_SECONDS
 from duo.lead.web.feed import Feed
 from duo.lead.web.page import Web
@@ -757,3 +758,24 @@ def test_verifier_sessions_expire_when_idle_and_the_oldest_goes_when_full() -> N
     stats = run(go())
     assert set(stats["sessions"]) == {"c", "d"}
     assert stats["verifications"] == 3  # forgotten sessions' still counted
+
+
+def test_the_engines_snapshots_are_the_wire_shapes_field_for_field() -> None:
+    """/health and /slots are the engine's Status and Slot as they are, with only what
+    follows from them (busy, status) or lies beyond the engine (the drafters)."""
+    assert {f.name for f in fields(Status)} == Health.__annotations__.keys() - {"status", "busy"}
+    assert {f.name for f in fields(Slot)} == SlotState.__annotations__.keys() - {"drafters"}
+    status = Status("m", 1, False, slots=2, slots_busy=1, queued=0, time=5.0)
+    assert health_body(status) == {
+        "status": "ok",
+        "model": "m",
+        "drafters": 1,
+        "local_drafter": False,
+        "busy": True,
+        "slots": 2,
+        "slots_busy": 1,
+        "queued": 0,
+        "time": 5.0,
+    }
+    slot = Slot(0, 64, True, False, n_cached=3, n_prompt_tokens=0, n_decoded=0)
+    assert slot_state(slot, [])["n_cached"] == 3 and slot_state(slot, [])["drafters"] == []
