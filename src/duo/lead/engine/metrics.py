@@ -42,10 +42,15 @@ class Metrics:
         self.requests_failed += 1
 
     def render(self) -> str:
-        t, wire = self.total, self.wire
-        wire_bytes = wire.bytes_in + wire.bytes_out
+        rows = [*self._load_rows(), *self._generation_rows(), *self._channel_rows()]
+        lines = []
+        for name, kind, help_text, value in rows:
+            lines += _family(name, kind, help_text, [("", f"{value:g}")])
+        return "\n".join([*lines, *self._labelled()]) + "\n"
+
+    def _load_rows(self) -> list[Row]:
         busy, queued, slots = self.load()
-        rows: list[tuple[str, str, str, float]] = [
+        return [
             ("slots", "gauge", "Requests the lead decodes together (--parallel).", slots),
             ("slots_busy", "gauge", "Slots running a request now.", busy),
             ("requests_queued", "gauge", "Requests waiting for a free slot.", queued),
@@ -61,6 +66,11 @@ class Metrics:
                 "Requests ended by an error.",
                 self.requests_failed,
             ),
+        ]
+
+    def _generation_rows(self) -> list[Row]:
+        t = self.total
+        return [
             ("prompt_tokens_total", "counter", "Prompt tokens processed.", t.prompt_tokens),
             ("tokens_generated_total", "counter", "Tokens generated.", t.tokens),
             ("rounds_total", "counter", "Verification rounds of the main model.", t.rounds),
@@ -88,6 +98,12 @@ class Metrics:
                 "Mean time per round outside the main model's llama_decode.",
                 t.overhead_ms_per_round / 1000,
             ),
+        ]
+
+    def _channel_rows(self) -> list[Row]:
+        wire, tokens = self.wire, self.total.tokens
+        wire_bytes = wire.bytes_in + wire.bytes_out
+        return [
             ("drafters_connected", "gauge", "Backs connected now.", self.drafters()),
             (
                 "local_drafter",
@@ -135,24 +151,23 @@ class Metrics:
                 "wire_bytes_per_token",
                 "gauge",
                 "Drafter channel bytes (both ways) per generated token.",
-                wire_bytes / t.tokens if t.tokens else 0.0,
+                wire_bytes / tokens if tokens else 0.0,
             ),
         ]
-        lines = []
-        for name, kind, help_text, value in rows:
-            lines += [
-                f"# HELP duo_{name} {help_text}",
-                f"# TYPE duo_{name} {kind}",
-                f"duo_{name} {value:g}",
-            ]
-        name = "requests_ended_total"
-        lines += [
-            f"# HELP duo_{name} Generation requests by why they ended: stop (an "
-            "end-of-generation token or a stop string), length (max_tokens or the context), "
-            "cancelled (the client went away or stopped it).",
-            f"# TYPE duo_{name} counter",
-            *(f'duo_{name}{{reason="{why}"}} {n}' for why, n in self.ended.items()),
-        ]
+
+    def _labelled(self) -> list[str]:
+        """The families with a sample per label: why requests ended, each source's draft
+        tokens, each back's state, the rounds by what the round before did."""
+        t = self.total
+        lines = _family(
+            "requests_ended_total",
+            "counter",
+            "Generation requests by why they ended: stop (an end-of-generation token or a stop "
+            "string), length (max_tokens or the context), cancelled (the client went away or "
+            "stopped it).",
+            [(f'reason="{why}"', str(n)) for why, n in self.ended.items()],
+        )
+        sources = sorted(t.by_source.items())
         for name, help_text, attr in (
             ("source_draft_tokens_total", "Draft tokens verified, by source.", "drafted"),
             ("source_draft_tokens_accepted_total", "Draft tokens accepted, by source.", "accepted"),
@@ -162,20 +177,20 @@ class Metrics:
                 "received",
             ),
         ):
-            lines += [f"# HELP duo_{name} {help_text}", f"# TYPE duo_{name} counter"]
-            for source, counts in sorted(t.by_source.items()):
-                lines.append(f'duo_{name}{{source="{_label(source)}"}} {getattr(counts, attr)}')
-        name = "drafter_state"
-        lines += [
-            f"# HELP duo_{name} 1 for each back's state now (drafting, resting: told to "
-            "draft nothing, its drafts did not pay; looking: drafting again to be judged).",
-            f"# TYPE duo_{name} gauge",
+            samples = [(f'source="{_label(s)}"', str(getattr(c, attr))) for s, c in sources]
+            lines += _family(name, "counter", help_text, samples)
+        states = [
+            (f'drafter="{_label(drafter)}",state="{state}"', str(int(state == now)))
+            for drafter, now in self.drafter_states()
+            for state in ("drafting", "resting", "looking")
         ]
-        for drafter, now in self.drafter_states():
-            lines += [
-                f'duo_{name}{{drafter="{_label(drafter)}",state="{state}"}} {int(state == now)}'
-                for state in ("drafting", "resting", "looking")
-            ]
+        lines += _family(
+            "drafter_state",
+            "gauge",
+            "1 for each back's state now (drafting, resting: told to draft nothing, its drafts "
+            "did not pay; looking: drafting again to be judged).",
+            states,
+        )
         for name, help_text, attr in (
             (
                 "rounds_after_total",
@@ -185,11 +200,24 @@ class Metrics:
             ),
             ("rounds_ready_after_total", "Of those, rounds with a usable draft ready.", "ready"),
         ):
-            lines += [f"# HELP duo_{name} {help_text}", f"# TYPE duo_{name} counter"]
-            for after in AFTER:
-                label = after.replace(" ", "_")
-                lines.append(f'duo_{name}{{after="{label}"}} {getattr(t.readiness(after), attr)}')
-        return "\n".join(lines) + "\n"
+            samples = [
+                (f'after="{after.replace(" ", "_")}"', str(getattr(t.readiness(after), attr)))
+                for after in AFTER
+            ]
+            lines += _family(name, "counter", help_text, samples)
+        return lines
+
+
+Row = tuple[str, str, str, float]  # name, kind, help, value
+
+
+def _family(name: str, kind: str, help_text: str, samples: list[tuple[str, str]]) -> list[str]:
+    """A metric family in Prometheus' text format: its help, its type, and a line per
+    sample (labels, value as written; labels "": none)."""
+    lines = [f"# HELP duo_{name} {help_text}", f"# TYPE duo_{name} {kind}"]
+    for labels, value in samples:
+        lines.append(f"duo_{name}{{{labels}}} {value}" if labels else f"duo_{name} {value}")
+    return lines
 
 
 def _label(text: str) -> str:
