@@ -30,7 +30,7 @@ from duo.cli.back import BACK_KEY_ENV
 from duo.cli.console import Console
 from duo.cli.values import bind_address, mebibytes, non_negative, port, positive, stretch
 from duo.errors import UsageError
-from duo.lead.engine.lead import LeadConfig
+from duo.lead.engine.lead import Lead, LeadConfig
 from duo.lead.openai.reasoning import FORMATS
 from duo.llama.models import DEFAULT_PAIR, get_pair
 from duo.llama.rpc import check_endpoints, setup_rpc
@@ -180,39 +180,10 @@ def cmd_lead(args: argparse.Namespace) -> int:
         logging.getLogger("duo").setLevel(logging.INFO)
     if args.rpc and not worker:
         return supervise_lead(args, tls)
-    spec = spec_config(args)
     remote_draft = args.rpcd is not None  # drafted by a back of the lead's own
-    models = model_config(args, need_draft=args.model_draft is not None or remote_draft, spec=spec)
-    if remote_draft:
-        if models.draft is None:
-            raise UsageError("--rpcd needs a draft model (-md) to put on its rpc-servers")
-        check_endpoints(args.rpcd, "--rpcd")  # fail now, in one line
-    config = LeadConfig(
-        models=models,
-        spec=spec,
-        api_key=keys,
-        max_body=args.max_body,
-        cors_origins=args.cors_origins,
-        parallel=args.parallel,
-        prompt_stretch=args.prompt_stretch,
-        cache_ram=args.cache_ram,
-        cache_reuse=args.cache_reuse,
-        spm_infill=args.spm_infill,
-        alias=args.alias,
-        reasoning_format=args.reasoning_format,
-    )
-    if not is_loopback(args.host) and not keys.api:
-        print(
-            f"duo lead: warning: listening on {args.host} without --api-key; anyone who can "
-            "reach this address can use the model",
-            file=sys.stderr,
-        )
-    if not is_loopback(args.host) and tls is None:
-        print(
-            f"duo lead: warning: listening on {args.host} without TLS; keys, prompts and "
-            "answers cross the network in clear text (see --ssl-key-file, --ssl-cert-file)",
-            file=sys.stderr,
-        )
+    config = lead_config(args, keys)
+    models = config.models
+    _warn_if_exposed(args.host, keys.api, tls)
     setup_rpc(args.rpc, n_gpu_layers=args.n_gpu_layers)
     console = None if args.quiet else Console(sys.stdout.isatty())
     local_back = _local_back(args, models, keys, tls) if remote_draft else None
@@ -227,38 +198,82 @@ def cmd_lead(args: argparse.Namespace) -> int:
         url = _public_url(args.host, args.port, tls)
         print(f"duo lead: {models.main.name}{local} on {url} ({back_hint(url, keys)})", flush=True)
         lead = service.lead
-        slots = f"{config.parallel} slots (-np) of {lead.info.n_ctx:,} tokens (-c)"
-        if config.parallel > 1:
-            shared = lead.session.main.shares_cells
-            slots += ", one KV buffer (-kvu)" if shared else ", a KV buffer each (-no-kvu)"
-            if shared and config.cache_ram:
-                room = (
-                    "host memory without a limit"
-                    if config.cache_ram < 0
-                    else f"{config.cache_ram:,} MiB of host memory"
-                )
-                slots += f", idle slots parked in {room} (-cram)"
-        print(f"duo lead: {slots}", flush=True)
+        print(f"duo lead: {_slots_text(config, lead)}", flush=True)
         print(f"duo lead: placement: {lead.session.sharing().describe()}", flush=True)
-        server = _server(
-            service.feed.close,
-            uvicorn.Config(
-                service.app,
-                host=args.host,
-                port=args.port,
-                log_level="warning",
-                lifespan="off",
-                ws_max_size=WS_MAX_SIZE,
-                ssl_keyfile=tls.keyfile if tls else None,
-                ssl_certfile=tls.certfile if tls else None,
-            ),
+        settings = uvicorn.Config(
+            service.app,
+            host=args.host,
+            port=args.port,
+            log_level="warning",
+            lifespan="off",
+            ws_max_size=WS_MAX_SIZE,
+            ssl_keyfile=tls.keyfile if tls else None,
+            ssl_certfile=tls.certfile if tls else None,
         )
-        server.run()
+        _server(service.feed.close, settings).run()
     finally:
         if local_back is not None:
             local_back.close()
         service.close()
     return 0
+
+
+def lead_config(args: argparse.Namespace, keys: auth.Keys) -> LeadConfig:
+    """The lead's settings from its command line (the models resolved and placed; with
+    --rpcd, whose back drafts, the draft model's servers checked now, in one line)."""
+    spec = spec_config(args)
+    remote_draft = args.rpcd is not None
+    models = model_config(args, need_draft=args.model_draft is not None or remote_draft, spec=spec)
+    if remote_draft:
+        if models.draft is None:
+            raise UsageError("--rpcd needs a draft model (-md) to put on its rpc-servers")
+        check_endpoints(args.rpcd, "--rpcd")
+    return LeadConfig(
+        models=models,
+        spec=spec,
+        api_key=keys,
+        max_body=args.max_body,
+        cors_origins=args.cors_origins,
+        parallel=args.parallel,
+        prompt_stretch=args.prompt_stretch,
+        cache_ram=args.cache_ram,
+        cache_reuse=args.cache_reuse,
+        spm_infill=args.spm_infill,
+        alias=args.alias,
+        reasoning_format=args.reasoning_format,
+    )
+
+
+def _warn_if_exposed(host: str, api_keys: object, tls: auth.ServerTls | None) -> None:
+    """A lead reachable from other machines without a key, or without TLS, says so."""
+    if not is_loopback(host) and not api_keys:
+        print(
+            f"duo lead: warning: listening on {host} without --api-key; anyone who can "
+            "reach this address can use the model",
+            file=sys.stderr,
+        )
+    if not is_loopback(host) and tls is None:
+        print(
+            f"duo lead: warning: listening on {host} without TLS; keys, prompts and "
+            "answers cross the network in clear text (see --ssl-key-file, --ssl-cert-file)",
+            file=sys.stderr,
+        )
+
+
+def _slots_text(config: LeadConfig, lead: Lead) -> str:
+    """What the lead's slots are, as its start-up line says."""
+    slots = f"{config.parallel} slots (-np) of {lead.info.n_ctx:,} tokens (-c)"
+    if config.parallel > 1:
+        shared = lead.session.main.shares_cells
+        slots += ", one KV buffer (-kvu)" if shared else ", a KV buffer each (-no-kvu)"
+        if shared and config.cache_ram:
+            room = (
+                "host memory without a limit"
+                if config.cache_ram < 0
+                else f"{config.cache_ram:,} MiB of host memory"
+            )
+            slots += f", idle slots parked in {room} (-cram)"
+    return slots
 
 
 def _local_back(
