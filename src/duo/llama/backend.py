@@ -27,7 +27,6 @@ from typing import Any, cast
 
 import numpy as np
 
-from duo.core.sampling import Logits
 from duo.errors import ModelError
 from duo.llama import hugepages
 from duo.llama.passes import ModelSequence, Passes
@@ -179,26 +178,27 @@ class Model(Passes):
         # What else makes a pass faster or slower (a measured cost is this model's only)
         self.settings = [n_gpu_layers, devices is not None, flash_attn, cache_types, split]
         self.settings += [n_ctx, deterministic, self._n_ubatch, hugepages.in_effect()]
-        # Per sequence, the tokens whose KV is in the cache, in order.
-        self.seqs: list[list[int]] = [[] for _ in range(n_seq + forks)]
-        # CPU time the calling thread spent in llama_decode (llama.cpp's worker threads,
-        # with n_threads > 1, not counted): what the lead spends outside the model is the
-        # process's CPU time less this.
+        self._init_passes(n_batch)
+        self._init_sequences(n_seq + forks)
+
+    def _init_passes(self, n_batch: int) -> None:
+        """The state duo.llama.passes keeps: its batch, its view of the logits."""
         self.decode_cpu_seconds = 0.0
-        self._batch = lib.llama_batch_init(n_batch, 0, 1)
-        self._logits_address: int | None = None
-        self._logits_at = _address_of_logits(lib)
-        self._logits_view: Logits = np.empty((0, self.n_vocab), dtype=np.float32)
-        # Sequences whose KV cells were saved to host memory and freed (park): their tokens
-        # stay in self.seqs, their cells come back when the sequence is next used.
-        self._parked: dict[int, ctypes.Array[ctypes.c_uint8]] = {}
+        self._batch = self._lib.llama_batch_init(n_batch, 0, 1)
+        self._logits_address = None
+        self._logits_at = _address_of_logits(self._lib)
+        self._logits_view = np.empty((0, self.n_vocab), dtype=np.float32)
+
+    def _init_sequences(self, count: int) -> None:
+        """The state duo.llama.kv keeps of `count` sequences (see there)."""
+        self.seqs = [[] for _ in range(count)]
+        self._parked = {}
         # --cache-reuse: moved runs of at least this many cached tokens are shifted into
         # place (reuse_prefix), where llama.cpp can shift this model's keys; 0: never.
         self.cache_reuse = 0
-        self._can_shift = bool(lib.llama_memory_can_shift(self._mem)) and not deterministic
-        # Per sequence, the cells below this position may be shared with another sequence
-        # (fork): a cell has one position for all its sequences, so those are never shifted.
-        self._shared = [0] * (n_seq + forks)
+        can_shift = self._lib.llama_memory_can_shift(self._mem)
+        self._can_shift = bool(can_shift) and not self.deterministic
+        self._shared = [0] * count
 
     def _load(self, devices: ctypes.Array[ctypes.c_void_p] | None, mmap: bool, split: Split) -> Any:
         """The llama model in self.path, its layers offloaded as asked; refused where it

@@ -102,23 +102,7 @@ class Session:
         self.share: CoreShare | None = None  # the cores lent between main model and drafter
         try:
             if "model" in types and models.draft is not None:
-                forks = slots * spec.fanout if spec.mode == "async" else 0
-                self.draft = open_draft(models, self.main.n_ctx, n_seq=slots, forks=forks)
-                check_compatible(self.main, self.draft)
-                if _lends_cores(models, spec) or _shares_servers_machine(models, spec):
-                    # On rpc-servers that share the machine with the main model's layers,
-                    # no threads can move: the drafter only rests where it does not pay.
-                    alone = models.threads_alone or models.threads
-                    self.share = CoreShare(
-                        self.main,
-                        self.draft,
-                        split=models.threads,
-                        alone=alone,
-                        draft_max=spec.draft_max,
-                    )
-                self.local = _local_drafter(self.draft, spec, slots, cache_bytes)
-                if self.share is not None and isinstance(self.local, ThreadDrafts):
-                    self.share.start(self.local.worker)
+                self._open_drafter(models, cache_bytes)
         except BaseException:
             self.close()
             raise
@@ -131,6 +115,26 @@ class Session:
             self.placement = BackPlacement(
                 self.main, remote, self.costs, draft_max=spec.draft_max, lendable=lendable
             )
+
+    def _open_drafter(self, models: ModelConfig, cache_bytes: int) -> None:
+        """The draft model in this process, its drafter, and the judge of its cores."""
+        spec, slots = self.spec, self.slots
+        forks = slots * spec.fanout if spec.mode == "async" else 0
+        self.draft = open_draft(models, self.main.n_ctx, n_seq=slots, forks=forks)
+        check_compatible(self.main, self.draft)
+        if _lends_cores(models, spec) or _shares_servers_machine(models, spec):
+            # On rpc-servers that share the machine with the main model's layers, no
+            # threads can move: the drafter only rests where it does not pay.
+            self.share = CoreShare(
+                self.main,
+                self.draft,
+                split=models.threads,
+                alone=models.threads_alone or models.threads,
+                draft_max=spec.draft_max,
+            )
+        self.local = _local_drafter(self.draft, spec, slots, cache_bytes)
+        if self.share is not None and isinstance(self.local, ThreadDrafts):
+            self.share.start(self.local.worker)
 
     def drafts(self, slot: int = 0) -> DraftSource:
         """The draft sources of one generation in `slot`: the slot's n-gram index, the

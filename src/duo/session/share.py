@@ -155,18 +155,7 @@ class CoreShare:
         self.hope: Estimate | None = None
         self.expected: dict[str, float] = {}
         if draft is not None:
-            self.step = _timed(draft, draft.n_threads, [1], all_logits=False)[1]
-            if beside and not self.lends:
-                # No thread moves (the drafter's rpc-servers share the main model's cores):
-                # what drafting costs the main model shows only with both running.
-                ratio, self.step = contended(main, draft)
-                self.passes[SPLIT] = CostModel({n: s * ratio for n, s in alone_costs.items()})
-            self.typical, self.hope = self._estimate(PRIOR), self._estimate(HOPE)
-            self.expected = {
-                ALONE: self.typical.alone,
-                SPLIT: self.typical.split,
-                HOPEFUL: self.hope.split,
-            }
+            self._time_drafter(draft, alone_costs)
         self.measured = False
         self.worker: Holdable | None = None
         self.costs: CostModel | None = None  # the policies' cost model, once made
@@ -183,6 +172,22 @@ class CoreShare:
         self._rested_at = 0  # when it last started resting (tokens emitted)
         self.waited = 0  # tokens emitted in its last rest
         self.judged = 0  # judgements of the drafter's rounds so far
+
+    def _time_drafter(self, draft: Model, alone_costs: dict[int, float]) -> None:
+        """The draft model's step, and what each way is worth by the costs timed at start
+        (a typical acceptance, and a good one)."""
+        self.step = _timed(draft, draft.n_threads, [1], all_logits=False)[1]
+        if self.beside and not self.lends:
+            # No thread moves (the drafter's rpc-servers share the main model's cores):
+            # what drafting costs the main model shows only with both running.
+            ratio, self.step = contended(self.main, draft)
+            self.passes[SPLIT] = CostModel({n: s * ratio for n, s in alone_costs.items()})
+        self.typical, self.hope = self._estimate(PRIOR), self._estimate(HOPE)
+        self.expected = {
+            ALONE: self.typical.alone,
+            SPLIT: self.typical.split,
+            HOPEFUL: self.hope.split,
+        }
 
     def _estimate(self, acceptance: float) -> Estimate:
         """Both ways' tokens per second by the costs timed at start (duo.core.sharing)."""
