@@ -240,6 +240,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
         args.n_predict = ANSWER_TOKENS.get(args.suite, 128)
     if args.repeat > 1 and len(prompts) == 1:
         raise UsageError("--repeat needs at least two prompts (a drafter would cache the answer)")
+    spec = _bench_spec(args)
+    mains = _halves(args)
+    models = model_config(args, need_draft=True, placement=rpc_placement(args), spec=spec)
+    if mains:
+        models = replace(models, main=next(iter(mains.values())))
+    if args.clients:
+        if args.rpc or args.rpcd:
+            raise UsageError("--clients does not take rpc-servers: measure the modes instead")
+        return _bench_clients(args, models, spec, infills or prompts)
+    return _bench_modes(args, models, spec, prompts, mains)
+
+
+def _bench_spec(args: argparse.Namespace) -> SpecConfig:
+    """The modes' speculation settings: async, on the cores --devices gives (main on core
+    0, drafter on core 1 where there are two), the --clients servers' sources."""
     devices = args.devices
     if devices is None and len(os.sched_getaffinity(0)) > 1:
         devices = "0:1"
@@ -261,21 +276,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if not args.clients:
             raise UsageError("--spec-type sets the draft sources of --clients' servers")
         spec = replace(spec, spec_types=parse_spec_types(args.spec_type))
-    mains = _halves(args)
-    models = model_config(args, need_draft=True, placement=rpc_placement(args), spec=spec)
-    if mains:
-        models = replace(models, main=next(iter(mains.values())))
-    if args.clients:
-        if args.rpc or args.rpcd:
-            raise UsageError("--clients does not take rpc-servers: measure the modes instead")
-        return _bench_clients(args, models, spec, infills or prompts)
+    return spec
+
+
+def _bench_modes(
+    args: argparse.Namespace,
+    models: ModelConfig,
+    spec: SpecConfig,
+    prompts: list[Prompt],
+    mains: dict[str, Path],
+) -> int:
+    """The modes on the prompts (llama.cpp's peers too, where their binaries are at hand),
+    reported as a table, and as --json and --plot ask."""
+    from duo.bench.harness import suite as bench
+
     modes = list(args.modes)
     if args.modes == list(BENCH_MODES) and (
         args.llama_cpp_bin or shutil.which("llama-speculative-simple")
     ):
         modes += PEER_MODES  # the peer to beat, where its binaries are at hand
     with contextlib.ExitStack() as stack:
-        far = _far_side(args, stack)
         report = bench.run(
             models,
             spec,
@@ -289,7 +309,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             fanouts=args.fanout,
             rtts=args.rtt,
             jitter_ms=args.jitter,
-            far=far,
+            far=_far_side(args, stack),
             costs=not args.no_costs,
             halves=mains,
             log=lambda msg: print(f"\r\x1b[K{msg}", end="", file=sys.stderr, flush=True),
