@@ -185,29 +185,14 @@ def run(
     modes = variants(modes, fanouts, rtts, list(halves))
     cores = len(os.sched_getaffinity(0))
     report = Report(
-        machine={
-            "cpu": this_cpu(),  # name, count, architecture, vector extensions
-            "cpus": cores,
-            "platform": sys.platform,
-            "python": sys.version.split()[0],
-            "hugepages": hugepages.in_effect(),  # duo's modes; the peers run as given
-        },
+        machine=_machine(cores),
         settings={
-            "main": str(models.main),
-            "draft": str(models.draft),
-            "n": n,
-            "repeat": repeat,
-            "draft_max": spec.draft_max,
-            "max_ahead": spec.max_ahead,
+            **_settings(models, spec, n, repeat, len(prompts), sampling, halves),
             "fanout": list(fanouts),
             "rtt_ms": list(rtts),
             "jitter_ms": jitter_ms,
             "link": "netns" if far else "loopback",
-            "prompts": len(prompts),
-            "policy": "adaptive" if spec.adaptive else "fixed",
             "order": "interleaved" if interleave else "sequential",
-            "sampling": asdict(sampling),
-            "halves": {h: str(path) for h, path in halves.items()},
         },
     )
     _check_modes(modes, models, llama_cpp_bin)
@@ -234,6 +219,41 @@ def run(
     first = variants(["sync"], fanouts, rtts, list(halves))[0]  # with the profile's model
     report.ceiling_tokens_per_second = _ceiling(report, first, spec.draft_max)
     return report
+
+
+def _machine(cores: int) -> dict[str, Any]:
+    """The machine a report was measured on."""
+    return {
+        "cpu": this_cpu(),  # name, count, architecture, vector extensions
+        "cpus": cores,
+        "platform": sys.platform,
+        "python": sys.version.split()[0],
+        "hugepages": hugepages.in_effect(),  # duo's modes; the peers run as given
+    }
+
+
+def _settings(
+    models: ModelConfig,
+    spec: SpecConfig,
+    n: int,
+    repeat: int,
+    prompts: int,
+    sampling: SamplingParams,
+    halves: dict[str, Path],
+) -> dict[str, Any]:
+    """What a report's modes ran with (the link and the order besides)."""
+    return {
+        "main": str(models.main),
+        "draft": str(models.draft),
+        "n": n,
+        "repeat": repeat,
+        "draft_max": spec.draft_max,
+        "max_ahead": spec.max_ahead,
+        "prompts": prompts,
+        "policy": "adaptive" if spec.adaptive else "fixed",
+        "sampling": asdict(sampling),
+        "halves": {h: str(path) for h, path in halves.items()},
+    }
 
 
 def _check_modes(modes: list[str], models: ModelConfig, llama_cpp_bin: str | None) -> None:
