@@ -37,6 +37,7 @@ chat template.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import threading
 from collections.abc import Callable
@@ -169,6 +170,12 @@ def run(
         infills = [p for p in prompts if isinstance(p, dict)]
         work: Work = sessions or agents or infills or texts
         warm_up = texts[-1:] or [render([{"role": "user", "content": "Say hello."}])]
+        requests = (
+            sum(len(s.turns) for s in sessions)
+            or sum(len(a.asks) for a in agents)
+            or len(infills)
+            or len(texts)
+        )
         report = ClientsReport(
             {
                 "n_predict": n,
@@ -177,10 +184,7 @@ def run(
                 "repeat": repeat,
                 "suite": suite,
                 "prompts": len(work),
-                "requests": sum(len(s.turns) for s in sessions)
-                or sum(len(a.asks) for a in agents)
-                or len(infills)
-                or len(texts),
+                "requests": requests,
                 "draft_max": spec.draft_max,
                 "peer_drafts": peer_drafts or [spec.draft_max],
                 "peer_keys": peer_keys or [3],
@@ -194,25 +198,54 @@ def run(
             for c in counts:
                 # Fresh servers for each count: duo's suffix cache must not remember the
                 # answers of the last one.
-                with contextlib.ExitStack() as up:
-                    live: dict[str, Server] = {}
-                    tally: dict[str, tuple[list[ClientFigures], float]] = {}
-                    for name, part, step in schedule(list(variants), work, c, interleave):
-                        say = f"repeat {rep + 1}/{repeat}: {name}, {c} client(s){step}"
-                        if name not in live:
-                            if not interleave:
-                                up.close()  # one server at a time
-                            log(say + ": starting")
-                            live[name] = _started(variants[name], models, slots, bin_dir, fim)
-                            up.callback(live[name].stop)
-                            load(live[name].url, warm_up, 1, min(n, 16), sampling)
-                        log(say)
-                        runs, seconds = load(live[name].url, part, c, n, sampling, render)
-                        done, took = tally.get(name, ([], 0.0))
-                        tally[name] = (done + runs, took + seconds)
-                    for name, (runs, seconds) in tally.items():
-                        report.results.append(_result(name, c, runs, seconds, live[name].devices))
+                turn = Turn(f"repeat {rep + 1}/{repeat}", c, n, sampling, render, log)
+                start = functools.partial(_started, models=models, slots=slots, bin_dir=bin_dir)
+                report.results += turn.run(variants, work, warm_up, interleave, start, fim)
     return report
+
+
+@dataclass
+class Turn:
+    """One repeat at one client count: every server started fresh, its blocks of work
+    taken in turns (interleaved) or one server after another."""
+
+    name: str
+    clients: int
+    n: int
+    sampling: SamplingParams
+    render: Render
+    log: Callable[[str], None]
+
+    def run(
+        self,
+        variants: dict[str, Variant],
+        work: Work,
+        warm_up: list[str],
+        interleave: bool,
+        start: Callable[..., Server],
+        fim: bool,
+    ) -> list[LoadResult]:
+        c, n = self.clients, self.n
+        with contextlib.ExitStack() as up:
+            live: dict[str, Server] = {}
+            tally: dict[str, tuple[list[ClientFigures], float]] = {}
+            for name, part, step in schedule(list(variants), work, c, interleave):
+                say = f"{self.name}: {name}, {c} client(s){step}"
+                if name not in live:
+                    if not interleave:
+                        up.close()  # one server at a time
+                    self.log(say + ": starting")
+                    live[name] = start(variants[name], fim=fim)
+                    up.callback(live[name].stop)
+                    load(live[name].url, warm_up, 1, min(n, 16), self.sampling)
+                self.log(say)
+                runs, seconds = load(live[name].url, part, c, n, self.sampling, self.render)
+                done, took = tally.get(name, ([], 0.0))
+                tally[name] = (done + runs, took + seconds)
+            return [
+                _result(name, c, runs, seconds, live[name].devices)
+                for name, (runs, seconds) in tally.items()
+            ]
 
 
 # the server, its settings, its n-gram key length and kind (llama-server's --spec-type)
