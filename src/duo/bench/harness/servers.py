@@ -84,34 +84,9 @@ def start(
     editor's user runs it)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    every = str(len(os.sched_getaffinity(0)))
-    duo = [sys.executable, "-m", "duo"]
-    ctx = str(models.n_ctx)
     if name in ("duo", "duo-editor", "duo+back"):
-        lead = [
-            *duo, "lead", "-m", str(models.main), "--port", str(port), "--quiet",
-            "--parallel", str(slots), "-c", ctx, "--draft", str(spec.draft_max),
-        ]  # fmt: skip
-        types = ["--spec-type", ",".join(sorted(spec.spec_types)) or "none"]
-        if name != "duo+back":  # as a user types it: the pair, no placement flags
-            if spec.spec_types != DEFAULT_SPEC_TYPES:  # --spec-type: as given
-                lead += types
-            if models.draft is not None:
-                lead += ["-md", str(models.draft)]
-            if name == "duo-editor":
-                lead += EDITOR_FLAGS
-                return Server(name, [lead], "duo's default placement, --cache-reuse 256", url)
-            return Server(name, [lead], "duo's default placement", url)
-        assert models.draft is not None
-        lead += types
-        main_cores, draft_cores = cores_text(spec.main_cores, ""), cores_text(spec.draft_cores, "")
-        lead += ["-t", str(models.threads), *(["--pin", f"{main_cores}:"] if main_cores else [])]
-        back = [
-            *duo, "back", "-m", str(models.draft), "--lead", url, "-t", str(models.draft_threads),
-            "-c", ctx, *(["--pin", draft_cores] if draft_cores else []),
-        ]  # fmt: skip
-        devices = f"main: cores {main_cores or 'all'}; back: cores {draft_cores or 'all'}"
-        return Server(name, [lead, back], devices, url)
+        return _duo(name, models, spec, slots, port)
+    every = str(len(os.sched_getaffinity(0)))
     server = [
         str(find_bin(bin_dir, "llama-server")), "-m", str(models.main), "--host", "127.0.0.1",
         "--port", str(port), "-np", str(slots), "-c", str(models.n_ctx * slots),
@@ -131,3 +106,35 @@ def start(
     if name == "llama-server+ngram":
         server += ["--spec-type", ngram, *ngram_flags(ngram, spec.draft_max, key)]
     return Server(name, [server], devices, url)
+
+
+def _duo(name: str, models: ModelConfig, spec: SpecConfig, slots: int, port: int) -> Server:
+    """duo's servers: `duo lead` as a user types it (duo-editor: with the editor setup's
+    flags), or a lead and a back of its own on the bench's cores (duo+back)."""
+    url = f"http://127.0.0.1:{port}"
+    duo = [sys.executable, "-m", "duo"]
+    ctx = str(models.n_ctx)
+    lead = [
+        *duo, "lead", "-m", str(models.main), "--port", str(port), "--quiet",
+        "--parallel", str(slots), "-c", ctx, "--draft", str(spec.draft_max),
+    ]  # fmt: skip
+    types = ["--spec-type", ",".join(sorted(spec.spec_types)) or "none"]
+    if name != "duo+back":  # as a user types it: the pair, no placement flags
+        if spec.spec_types != DEFAULT_SPEC_TYPES:  # --spec-type: as given
+            lead += types
+        if models.draft is not None:
+            lead += ["-md", str(models.draft)]
+        if name == "duo-editor":
+            lead += EDITOR_FLAGS
+            return Server(name, [lead], "duo's default placement, --cache-reuse 256", url)
+        return Server(name, [lead], "duo's default placement", url)
+    assert models.draft is not None
+    lead += types
+    main_cores, draft_cores = cores_text(spec.main_cores, ""), cores_text(spec.draft_cores, "")
+    lead += ["-t", str(models.threads), *(["--pin", f"{main_cores}:"] if main_cores else [])]
+    back = [
+        *duo, "back", "-m", str(models.draft), "--lead", url, "-t", str(models.draft_threads),
+        "-c", ctx, *(["--pin", draft_cores] if draft_cores else []),
+    ]  # fmt: skip
+    devices = f"main: cores {main_cores or 'all'}; back: cores {draft_cores or 'all'}"
+    return Server(name, [lead, back], devices, url)
