@@ -31,7 +31,7 @@ from duo.bench.sim.projections import (
     seed_links_table,
     seeds_table,
 )
-from duo.bench.sim.trace import check_k
+from duo.bench.sim.trace import Trace, check_k
 from duo.cli.values import client_counts, non_negative, positive
 from duo.errors import UsageError
 
@@ -103,66 +103,83 @@ def cmd_sim(args: argparse.Namespace) -> int:
         table, out["clients"] = clients_table(profiles, args.clients, free_rounds(report))
         print(table)
     elif args.profile == "seeds":
-        print("acceptance on the seed hardware: this machine's pair (above), not the seeds' models")
-        seeds = project_seeds(
-            trace,
-            k=k,
-            max_ahead=max_ahead,
-            policy=policy,
-            free=free_rounds(report),
-            fanout=args.fanout,
-        )
-        print(seeds_table(seeds))
-        links = project_seed_links(
-            trace, k=k, max_ahead=max_ahead, policy=policy, fanout=args.fanout
-        )
-        print("\nlead+back with the back on another host, across a link (tok/s):")
-        print(seed_links_table(links))
-        out["seed_links"] = [
-            {"profile": seed.profile.name, "k": lk, "target": target,
-             "lead_back": {name: v for (name, _, _), v in zip(LINKS, speeds, strict=True)}}
-            for seed, lk, target, speeds in links
-        ]  # fmt: skip
-        for s in seeds:
-            print(f"\n{s.setup.profile.name}: {s.setup.profile.note}")
-        out["seeds"] = [
-            {
-                "profile": r.setup.profile.to_dict(),
-                "mode": r.setup.mode,
-                "k": r.k,
-                "source": r.setup.source,
-                "projected": {"target": r.target, "sync": r.sync, "duo": r.duo, "free": r.free},
-                "reported": {"target": r.setup.reported_target, "duo": r.setup.reported_duo},
-            }
-            for r in seeds
-        ]
+        out |= _seeds(trace, report, k, max_ahead, policy, args.fanout)
     else:
-        profiles = _profiles(args.profile, report)
-        projected: list[tuple[DeviceProfile, list[Projection]]] = []
-        for profile in profiles:
-            rows = project_bench(
-                report, profile, k=k, max_ahead=max_ahead, policy=policy, fanout=args.fanout
-            )
-            if args.profile != "bench":  # measured here, not on that hardware
-                rows = [replace(r, measured=None) for r in rows]
-            projected.append((profile, rows))
-        if len(projected) == 1:
-            profile, rows = projected[0]
-            print(f"profile: {profile.name}: {profile.note}")
-            print(bench_table(rows))
-            out["profile"] = profile.to_dict()
-            out["modes"] = _modes(rows)
-        else:  # a device-costs file: a setup per placement
-            print(f"acceptance: this machine's pair (above), not {args.profile}'s models")
-            print(placements_table(projected))
-            for profile, _ in projected:
-                print(f"\n{profile.name}: {profile.note}")
-            out["placements"] = [
-                {"profile": p.to_dict(), "modes": _modes(rows)} for p, rows in projected
-            ]
+        out |= _bench(args, report, k, max_ahead, policy)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
+
+
+def _seeds(
+    trace: Trace, report: dict[str, Any], k: int, max_ahead: int, policy: str, fanout: int
+) -> dict[str, Any]:
+    """Projections to the seeds' hardware, printed; their JSON."""
+    out: dict[str, Any] = {}
+    print("acceptance on the seed hardware: this machine's pair (above), not the seeds' models")
+    seeds = project_seeds(
+        trace,
+        k=k,
+        max_ahead=max_ahead,
+        policy=policy,
+        free=free_rounds(report),
+        fanout=fanout,
+    )
+    print(seeds_table(seeds))
+    links = project_seed_links(trace, k=k, max_ahead=max_ahead, policy=policy, fanout=fanout)
+    print("\nlead+back with the back on another host, across a link (tok/s):")
+    print(seed_links_table(links))
+    out["seed_links"] = [
+        {"profile": seed.profile.name, "k": lk, "target": target,
+         "lead_back": {name: v for (name, _, _), v in zip(LINKS, speeds, strict=True)}}
+        for seed, lk, target, speeds in links
+    ]  # fmt: skip
+    for s in seeds:
+        print(f"\n{s.setup.profile.name}: {s.setup.profile.note}")
+    out["seeds"] = [
+        {
+            "profile": r.setup.profile.to_dict(),
+            "mode": r.setup.mode,
+            "k": r.k,
+            "source": r.setup.source,
+            "projected": {"target": r.target, "sync": r.sync, "duo": r.duo, "free": r.free},
+            "reported": {"target": r.setup.reported_target, "duo": r.setup.reported_duo},
+        }
+        for r in seeds
+    ]
+    return out
+
+
+def _bench(
+    args: argparse.Namespace, report: dict[str, Any], k: int, max_ahead: int, policy: str
+) -> dict[str, Any]:
+    """Projections of the bench's modes to a device profile (or to each placement of a
+    device-costs file), printed; their JSON."""
+    out: dict[str, Any] = {}
+    profiles = _profiles(args.profile, report)
+    projected: list[tuple[DeviceProfile, list[Projection]]] = []
+    for profile in profiles:
+        rows = project_bench(
+            report, profile, k=k, max_ahead=max_ahead, policy=policy, fanout=args.fanout
+        )
+        if args.profile != "bench":  # measured here, not on that hardware
+            rows = [replace(r, measured=None) for r in rows]
+        projected.append((profile, rows))
+    if len(projected) == 1:
+        profile, rows = projected[0]
+        print(f"profile: {profile.name}: {profile.note}")
+        print(bench_table(rows))
+        out["profile"] = profile.to_dict()
+        out["modes"] = _modes(rows)
+    else:  # a device-costs file: a setup per placement
+        print(f"acceptance: this machine's pair (above), not {args.profile}'s models")
+        print(placements_table(projected))
+        for profile, _ in projected:
+            print(f"\n{profile.name}: {profile.note}")
+        out["placements"] = [
+            {"profile": p.to_dict(), "modes": _modes(rows)} for p, rows in projected
+        ]
+    return out
 
 
 def _modes(rows: list[Projection]) -> list[dict[str, Any]]:
