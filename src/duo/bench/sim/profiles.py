@@ -321,25 +321,7 @@ def measured_profiles(d: Mapping[str, Any], source: str = "profile") -> list[Dev
 
     Placements with both models on one device assume no slowdown unless `slowdown` says
     one, and their note says so."""
-    try:
-        device, date = str(d["device"]), str(d["date"])
-        costs: dict[str, dict[str, dict[int, float]]] = {}
-        for where, models in d["costs_ms"].items():
-            if where not in MEASURED_DEVICES:
-                raise ValueError(f"device {where!r} is not one of {', '.join(MEASURED_DEVICES)}")
-            costs[where] = {
-                m: {int(b): float(ms) for b, ms in models[m].items()} for m in ("main", "draft")
-            }
-        slowdowns = {str(k): v for k, v in d.get("slowdown", {}).items()}
-        names = d.get("models", {})
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise UsageError(f"{source}: not a device-costs file ({e})") from None
-    if not costs:
-        raise UsageError(f"{source}: costs_ms times no device")
-    for where, models in costs.items():
-        for m, by_batch in models.items():
-            if 1 not in by_batch or min(by_batch.values()) <= 0:
-                raise UsageError(f"{source}: {where} {m} needs a positive time for batch 1")
+    device, date, costs, slowdowns, names = _read_device_costs(d, source)
     out = []
     for main_at in MEASURED_DEVICES:
         for draft_at in MEASURED_DEVICES:
@@ -375,3 +357,30 @@ def measured_profiles(d: Mapping[str, Any], source: str = "profile") -> list[Dev
                 )
             )
     return out
+
+
+def _read_device_costs(
+    d: Mapping[str, Any], source: str
+) -> tuple[str, str, dict[str, dict[str, dict[int, float]]], dict[str, Any], Mapping[str, Any]]:
+    """A device-costs file's fields (measured_profiles), checked: the device, the date,
+    the costs by device, model and batch size, the slowdowns, the models' names."""
+    try:
+        device, date = str(d["device"]), str(d["date"])
+        costs: dict[str, dict[str, dict[int, float]]] = {}
+        for where, models in d["costs_ms"].items():
+            if where not in MEASURED_DEVICES:
+                raise ValueError(f"device {where!r} is not one of {', '.join(MEASURED_DEVICES)}")
+            costs[where] = {
+                m: {int(b): float(ms) for b, ms in models[m].items()} for m in ("main", "draft")
+            }
+        slowdowns = {str(k): v for k, v in d.get("slowdown", {}).items()}
+        names = d.get("models", {})
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise UsageError(f"{source}: not a device-costs file ({e})") from None
+    if not costs:
+        raise UsageError(f"{source}: costs_ms times no device")
+    for where, models in costs.items():
+        for m, by_batch in models.items():
+            if 1 not in by_batch or min(by_batch.values()) <= 0:
+                raise UsageError(f"{source}: {where} {m} needs a positive time for batch 1")
+    return device, date, costs, slowdowns, names
