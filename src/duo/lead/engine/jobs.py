@@ -21,89 +21,33 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
 from duo.core.logprobs import LogprobQueue, TokenLogprob
 from duo.core.prompt import Prefill
-from duo.core.rounds import BatchModel, Generation, MainModel, Round, step
-from duo.core.sampling import SamplingParams
+from duo.core.rounds import MainModel, Round, step
 from duo.core.stats import Stats
 from duo.core.text import Chunk, TextStream
 from duo.errors import DuoError
+from duo.lead.engine.calls import Call, Stepping
+from duo.lead.engine.driven import EngineSession
 from duo.lead.engine.events import Ending, Ticket
 from duo.lead.engine.output import Outcomes, Running
 from duo.lead.engine.schedule import (
     PIECE_STRETCH,
     TURN_STRETCH,
-    Room,
     Turns,
     prompt_pieces,
     prompt_room,
 )
-from duo.lead.engine.slots import SlotChoice, SlotModel
+from duo.lead.engine.slots import SlotChoice
 from duo.llama.backend import CACHE_BYTES
 from duo.session.session import pinned
 
 log = logging.getLogger(__name__)
-
-
-class EngineModel(BatchModel, SlotModel, Protocol):
-    """What the engine needs of the main model (duo.llama.backend.Model, or a fake)."""
-
-    @property
-    def vocab(self) -> Any: ...  # its `piece(token)` spells a token
-
-    def sequence(self, seq: int) -> MainModel: ...
-
-    def truncate(self, n: int, seq: int = 0) -> None: ...
-
-
-class SessionSpec(Protocol):
-    @property
-    def main_cores(self) -> frozenset[int] | None: ...
-
-
-class EngineSession(Protocol):
-    """What the engine drives (duo.session.Session, or a fake)."""
-
-    @property
-    def main(self) -> EngineModel: ...
-
-    @property
-    def slots(self) -> int: ...
-
-    @property
-    def spec(self) -> SessionSpec: ...
-
-    def ready(self) -> None: ...
-
-    def costs(self) -> Room: ...
-
-    def generation(
-        self,
-        prompt: list[int],
-        max_tokens: int,
-        sampling: SamplingParams,
-        slot: int = 0,
-        record: list[TokenLogprob] | None = None,
-    ) -> Generation: ...
-
-    def after_pass(self, rounds: Sequence[Round]) -> None: ...
-
-
-@dataclass(eq=False)
-class Call:
-    """Work for the engine thread on one sequence of the main model, between rounds. A
-    call whose fn returns a generator runs a step of it between two rounds, holding its
-    slot until it returns: a long prompt read in pieces, never one pass that holds up
-    everyone else's rounds."""
-
-    fn: Callable[[MainModel], Any]
-    tokens: list[int]  # what it will evaluate: the free slot that shares most is chosen
-    future: Future[Any] = field(default_factory=Future)
 
 
 class Engine:
@@ -150,7 +94,7 @@ class Engine:
         self._queue: deque[Ticket] = deque()
         self._calls: deque[Call] = deque()
         self._running: dict[int, Running] = {}  # by slot; the engine thread's alone
-        self._stepping: dict[int, tuple[Call, Generator[Any, None, Any]]] = {}  # by slot
+        self._stepping = Stepping()  # the calls that hold a slot, a step at a time
         self._wake = threading.Condition()
         self._closing = False
         self._started = threading.Event()
@@ -220,7 +164,7 @@ class Engine:
                 self._turn()
         for running in list(self._running.values()):
             self._end(running, None)
-        for call in [*self._calls, *(c for c, _ in self._stepping.values())]:
+        for call in [*self._calls, *self._stepping]:
             call.future.set_exception(DuoError("the lead is shutting down"))
         self._flush()
 
@@ -250,16 +194,7 @@ class Engine:
 
     def _call(self, call: Call) -> None:
         slot = self._take_slot(call.tokens)
-        try:
-            result = call.fn(self.session.main.sequence(slot))
-        except Exception as e:
-            call.future.set_exception(e)
-            return
-        if isinstance(result, Generator):
-            self._stepping[slot] = (call, result)
-            self._step(slot)  # its first piece now
-        else:
-            call.future.set_result(result)
+        self._stepping.start(call, slot, self.session.main.sequence(slot))
 
     def _turn(self) -> None:
         """The running requests' turn, or a turn of the pieces: the steps of every stepping
@@ -276,9 +211,7 @@ class Engine:
             self._round(self._turn_stretch, to_the_end=self._turns)
             self._owed.served_for(self._clock() - t0)
             return
-        stepped = bool(self._stepping)
-        for slot in list(self._stepping):
-            self._step(slot)
+        stepped = self._stepping.step_all()
         if self._running:
             self._round(self.stretch)
         # The pieces' time is owed to the running requests if a prompt is longer than what
@@ -296,17 +229,6 @@ class Engine:
     def _decoding(self) -> int:
         """Running requests past their prompt: each has a token in every pass."""
         return sum(not r.prompt for r in self._running.values())
-
-    def _step(self, slot: int) -> None:
-        call, steps = self._stepping[slot]
-        try:
-            next(steps)
-        except StopIteration as done:
-            del self._stepping[slot]
-            call.future.set_result(done.value)
-        except Exception as e:
-            del self._stepping[slot]
-            call.future.set_exception(e)
 
     def _start(self, ticket: Ticket) -> None:
         job = ticket.job

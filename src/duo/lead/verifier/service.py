@@ -161,7 +161,7 @@ class Verifier:
         self.prompts.check_fits(tokens, "prompt")
         name = session_name(request, body.session)
         gen = DraftedGeneration(tokens, sampling)
-        # In pieces, the other requests' rounds between them (duo.lead.engine.jobs.Call)
+        # In pieces, the other requests' rounds between them (duo.lead.engine.calls)
         steps = self.lead.call(lambda seq: prefill_steps(seq, tokens), tokens)
         await asyncio.wrap_future(steps)
         self._forget(name)
