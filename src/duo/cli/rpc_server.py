@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from duo.cli.values import bind_address, port, positive
-from duo.llama.rpc import DEFAULT_PORT, serve
+from duo.llama.rpc import DEFAULT_PORT
+from duo.llama.rpc_server import serve
 from duo.net import is_loopback
 
 

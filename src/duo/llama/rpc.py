@@ -4,7 +4,8 @@
     duo generate --rpc 10.0.0.2:50052,10.0.0.3:50052 -ngl 99 ...
     duo generate ... --rpcd 10.0.0.4:50052         # the draft model's layers on another
 
-`serve()` runs ggml's RPC server on this machine's CPU; `register()` makes remote servers
+`duo.llama.rpc_server.serve()` runs ggml's RPC server on this machine's CPU (the client's
+ctypes typing of ggml is shared with it here); `register()` makes remote servers
 visible to llama.cpp as devices (RPC0, RPC1, ...) before a model loads, and `-ngl` then puts
 layers on them (llama.cpp splits the layers by the memory each server reports). With
 `--rpcd`, `setup_rpc` says which devices each model may use (`Placement`): the draft model
@@ -25,27 +26,24 @@ server reachable from a network lends this machine's compute and memory to anyon
 from __future__ import annotations
 
 import ctypes
-import importlib.util
-import ipaddress
 import logging
 import os
 import re
 import socket
 import struct
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from duo.errors import UsageError
-from duo.net import check_port
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 50052  # llama.cpp's rpc-server default
-_GGML = "libggml.so.0"  # the soname libllama links (not the wheel's separate libggml.so copy)
-_CPU, _GPU, _IGPU = 0, 1, 2  # enum ggml_backend_dev_type
+GGML_LIB = "libggml.so.0"  # the soname libllama links (not the wheel's separate libggml.so copy)
+CPU_DEVICE, _GPU, _IGPU = 0, 1, 2  # enum ggml_backend_dev_type
 ALL_LAYERS = 999  # -ngl/-ngld: every layer (llama.cpp caps it at the model's count)
 
 # The HELLO handshake of ggml-rpc (ggml/include/ggml-rpc.h, ggml/src/ggml-rpc/ggml-rpc.cpp):
@@ -56,14 +54,6 @@ _HELLO = bytes([14]) + struct.pack("=Q", 24) + bytes(24)
 _HELLO_RSP = 28
 
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?")
-_START_SERVER = ctypes.CFUNCTYPE(
-    None,
-    ctypes.c_char_p,  # endpoint "HOST:PORT"
-    ctypes.c_char_p,  # cache_dir or NULL
-    ctypes.c_size_t,  # n_threads
-    ctypes.c_size_t,  # n_devices
-    ctypes.POINTER(ctypes.c_void_p),  # ggml_backend_dev_t devices[n_devices]
-)
 _ADD_SERVER = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)  # -> ggml_backend_reg_t
 _ABORT_HOOK = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
 
@@ -172,7 +162,7 @@ def register(endpoints: list[str], timeout: float = 5.0, flag: str = "--rpc") ->
             probe(endpoint, timeout, flag)
         if new:
             ggml = _client_ggml()
-            add_server = _ADD_SERVER(_proc(ggml, "ggml_backend_rpc_add_server"))
+            add_server = _ADD_SERVER(rpc_proc(ggml, "ggml_backend_rpc_add_server"))
             _install_abort_hook(ggml)
             for endpoint in new:
                 reg = add_server(endpoint.encode())
@@ -253,10 +243,10 @@ def _client_ggml() -> ctypes.CDLL:
     from duo.llama.backend import _llama
 
     libllama = Path(_llama().llama_cpp._lib._name)
-    path = libllama.with_name(_GGML)
+    path = libllama.with_name(GGML_LIB)
     try:
         # RTLD_NOLOAD: only an already loaded library, i.e. the one libllama itself uses.
-        return _typed(ctypes.CDLL(str(path), mode=os.RTLD_NOLOAD))
+        return typed_ggml(ctypes.CDLL(str(path), mode=os.RTLD_NOLOAD))
     except OSError:
         raise UsageError(f"cannot find the ggml library llama.cpp uses ({path})") from None
 
@@ -277,77 +267,7 @@ def _on_abort(message: bytes | None) -> None:
     os.write(2, f"\nduo: fatal: llama.cpp aborted: {text}\n".encode())
 
 
-# -- server ------------------------------------------------------------------------------
-
-
-def serve(
-    host: str,
-    port: int,
-    threads: int,
-    cache_dir: Path | None = None,
-    on_ready: Callable[[str], object] | None = None,
-) -> None:
-    """Serve this machine's CPU to llama.cpp RPC clients on host:port; blocks for good.
-
-    `on_ready(description of the device)` runs once the arguments are checked. Ctrl-C
-    raises KeyboardInterrupt in the calling thread, but ggml's server thread cannot be
-    stopped: end the process (os._exit) afterwards.
-    """
-    try:
-        ipaddress.IPv4Address(host)
-    except ValueError:
-        raise UsageError(
-            f"--host {host}: llama.cpp's RPC server binds an IPv4 address "
-            "(such as 127.0.0.1 or 0.0.0.0), not a name"
-        ) from None
-    check_port(host, port)
-    cache = None
-    if cache_dir is not None:
-        try:
-            cache_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UsageError(f"--cache {cache_dir}: {e.strerror}") from None
-        cache = str(cache_dir).encode()
-    ggml = _server_ggml()
-    cpu = ggml.ggml_backend_dev_by_type(_CPU)
-    if not cpu:
-        raise UsageError("llama.cpp found no CPU device to serve")
-    start = _START_SERVER(_proc(ggml, "ggml_backend_rpc_start_server"))
-    if on_ready is not None:
-        on_ready(_describe(ggml, cpu))
-    devices = (ctypes.c_void_p * 1)(cpu)
-    endpoint = f"{host}:{port}".encode()
-    server = threading.Thread(
-        target=start, args=(endpoint, cache, threads, 1, devices), name="rpc-server", daemon=True
-    )
-    server.start()  # in a thread: ggml's accept loop never returns, and ignores Ctrl-C
-    while server.is_alive():
-        server.join(0.5)
-    raise UsageError(f"the RPC server on {host}:{port} stopped (see llama.cpp's message above)")
-
-
-def _describe(ggml: ctypes.CDLL, cpu: int) -> str:
-    """A device as 'CPU (AMD EPYC, 24105 MiB)'."""
-    free, total = ctypes.c_size_t(), ctypes.c_size_t()
-    ggml.ggml_backend_dev_memory(cpu, ctypes.byref(free), ctypes.byref(total))
-    name = ggml.ggml_backend_dev_name(cpu).decode()
-    desc = ggml.ggml_backend_dev_description(cpu).decode()
-    return f"{name} ({desc}, {total.value // 2**20} MiB)"
-
-
-def _server_ggml() -> ctypes.CDLL:
-    """libggml.so.0 from the installed llama_cpp package (a server needs no libllama)."""
-    spec = importlib.util.find_spec("llama_cpp")
-    if spec is None or not spec.submodule_search_locations:
-        raise UsageError("llama-cpp-python is not installed")
-    path = Path(next(iter(spec.submodule_search_locations))) / "lib" / _GGML
-    try:
-        return _typed(ctypes.CDLL(str(path)))
-    except OSError as e:
-        raise UsageError(f"cannot load the ggml library {path}: {e}") from None
-
-
-def _typed(ggml: ctypes.CDLL) -> ctypes.CDLL:
+def typed_ggml(ggml: ctypes.CDLL) -> ctypes.CDLL:
     vp, sz, cp = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p
     for name, restype, argtypes in (
         ("ggml_backend_reg_by_name", vp, [cp]),
@@ -371,7 +291,7 @@ def _typed(ggml: ctypes.CDLL) -> ctypes.CDLL:
     return ggml
 
 
-def _proc(ggml: ctypes.CDLL, name: str) -> int:
+def rpc_proc(ggml: ctypes.CDLL, name: str) -> int:
     reg = ggml.ggml_backend_reg_by_name(b"RPC")
     address = ggml.ggml_backend_reg_get_proc_address(reg, name.encode()) if reg else None
     if not address:

@@ -80,3 +80,18 @@ def test_a_data_table_is_not_counted() -> None:
     function = tree.body[0]
     assert isinstance(function, ast.FunctionDef)
     assert length(function) == 2
+
+
+# The engine and the llama.cpp adapter, each module one idea.
+SMALL_PACKAGES = ("duo/lead/engine", "duo/llama")
+MODULE_LIMIT = 350
+
+
+def test_the_engine_and_the_adapter_have_no_module_over_module_limit_lines() -> None:
+    long = {
+        str(path.relative_to(SRC)): n
+        for package in SMALL_PACKAGES
+        for path in sorted((SRC / package).glob("*.py"))
+        if (n := len(path.read_text().splitlines())) > MODULE_LIMIT
+    }
+    assert not long, f"modules over {MODULE_LIMIT} lines (split them by idea): {long}"
