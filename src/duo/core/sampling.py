@@ -84,6 +84,22 @@ class SamplingParams:
             raise UsageError("logprobs must be >= 0")
         return self
 
+    def to_request(self) -> dict[str, float | int]:
+        """The settings as a request body's fields, under the names llama-server's and
+        duo's APIs both read (seed -1: random): what every benchmark client sends, so
+        that servers compared are given the same settings."""
+        return {
+            "temperature": self.temperature,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "min_p": self.min_p,
+            "repeat_penalty": self.repeat_penalty,
+            "repeat_last_n": self.repeat_last_n,
+            "frequency_penalty": self.frequency_penalty,
+            "presence_penalty": self.presence_penalty,
+            "seed": -1 if self.seed is None else self.seed,
+        }
+
     @property
     def greedy(self) -> bool:
         """Temperature 0 in the default chain (a chain of its own runs as named)."""

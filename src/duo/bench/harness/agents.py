@@ -140,7 +140,7 @@ def _request(client: Any, messages: list[Json], n: int, sampling: SamplingParams
     t0 = last = time.perf_counter()
     ttft, gaps, timings = None, [], {}
     # The current SDK has no sampling arguments; the servers read them from the body.
-    sampler = {"temperature": sampling.temperature}
+    sampler = sampling.to_request()
     with client.messages.stream(
         model="duo-bench", max_tokens=n, system=SYSTEM, tools=TOOLS, messages=messages,
         extra_body=sampler,

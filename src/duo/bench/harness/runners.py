@@ -284,17 +284,7 @@ def start_lead(
 def _complete(
     client: httpx.Client, p: Prompt, n: int, sampling: SamplingParams
 ) -> tuple[Stats, float]:
-    body: dict[str, Any] = {
-        "max_tokens": n,
-        "stream": True,
-        "temperature": sampling.temperature,
-        "top_k": sampling.top_k,
-        "top_p": sampling.top_p,
-        "min_p": sampling.min_p,
-        "repeat_penalty": sampling.repeat_penalty,
-        "repeat_last_n": sampling.repeat_last_n,
-        "seed": sampling.seed,
-    }
+    body: dict[str, Any] = {"max_tokens": n, "stream": True, **sampling.to_request()}
     if p.kind == "chat":
         path, body["messages"] = "/v1/chat/completions", [{"role": "user", "content": p.text}]
     else:

@@ -120,11 +120,7 @@ def stream_infill(
 
 
 def _sampling(sampling: SamplingParams) -> dict[str, Any]:
-    return {
-        "temperature": sampling.temperature,
-        "seed": sampling.seed if sampling.seed is not None else -1,
-        "cache_prompt": True,
-    }
+    return {**sampling.to_request(), "cache_prompt": True}
 
 
 def _openai_piece(chunk: dict[str, Any]) -> tuple[str, int]:

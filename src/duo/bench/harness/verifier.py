@@ -37,13 +37,7 @@ class LeadClient(Runner):
         self.mode, self.n, self.k = mode, n, spec.draft_max
         self.cores = spec.draft_cores
         self.devices = _devices(spec, models) + " (lead process + client)"
-        self.sampling: dict[str, Any] = {
-            "temperature": sampling.temperature,
-            "top_k": sampling.top_k,
-            "top_p": sampling.top_p,
-            "min_p": sampling.min_p,
-            "seed": -1 if sampling.seed is None else sampling.seed,
-        }
+        self.sampling: dict[str, Any] = dict(sampling.to_request())
         port = free_port()
         self.lead = start_lead(models, spec, port, "none")
         # the client drafts in this process, so its link stays on loopback, delayed
