@@ -223,7 +223,9 @@ def test_openapi_document(lead: str) -> None:
 
 # -- tool calls from a real model -----------------------------------------------------------
 
-TEMPLATE = Path(__file__).parents[1] / "unit" / "lead" / "templates" / "qwen2.5-instruct.jinja"
+TEMPLATE = (
+    Path(__file__).parents[1] / "unit" / "lead" / "tools" / "templates" / "qwen2.5-instruct.jinja"
+)
 WEATHER: Any = {
     "type": "function",
     "function": {

@@ -4,7 +4,7 @@ two-process ones, the default with no placement flags, llama.cpp's peers), each 
 and `duo sim --bench` projecting the run from its own trace and costs.
 
 How fast each mode is belongs to the bench itself, not to this test; how close the
-projections come is checked on a recorded report (tests/unit/bench/test_sim_bench.py)."""
+projections come is checked on a recorded report (tests/unit/bench/sim/test_projections.py)."""
 
 from __future__ import annotations
 

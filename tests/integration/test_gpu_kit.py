@@ -24,7 +24,7 @@ import pytest
 
 from duo.llama.backend import Model
 from duo.session.session import check_compatible
-from tests.unit.bench.test_sim import bench_report
+from tests.unit.bench.sim.test_sim import bench_report
 
 pytestmark = pytest.mark.integration
 

@@ -30,7 +30,7 @@ from duo.bench.net import netns
 from duo.bench.net.netns import FarHost
 from duo.channel import protocol as p
 from duo.llama.backend import Model
-from tests.unit.bench.test_link import delayed
+from tests.unit.bench.net.test_link import delayed
 
 from .conftest import Cluster, Proc, health, wait_until
 

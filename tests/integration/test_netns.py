@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from duo.bench.net import netns
-from tests.unit.bench.test_link import delayed
+from tests.unit.bench.net.test_link import delayed
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,7 @@
 // The web page's Markdown renderer (src/duo/lead/web/static/markdown.js): model text
 // becomes structure through DOM calls alone, and every character of it stays text.
 //
-// Run: node --test tests/web/*.test.mjs (pytest runs it too: tests/unit/lead/test_markdown_js.py).
+// Run: node --test tests/web/*.test.mjs (pytest runs it too: tests/unit/lead/web/test_static.py).
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";

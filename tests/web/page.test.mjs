@@ -1,7 +1,7 @@
 // The page's pure parts: sources (labels, stable colours, kinds) and chats (export and
 // import), from src/duo/lead/web/static/{sources,chats}.js.
 //
-// Run: node --test tests/web/*.test.mjs (pytest runs it too: tests/unit/lead/test_markdown_js.py).
+// Run: node --test tests/web/*.test.mjs (pytest runs it too: tests/unit/lead/web/test_static.py).
 
 import assert from "node:assert/strict";
 import { createRequire } from "node:module";

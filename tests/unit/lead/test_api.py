@@ -32,7 +32,7 @@ from duo.session.share import Sharing
 from duo.sse import DONE, iter_events
 from duo.supervisor.supervise import Served, Supervisor, Worker
 from tests.unit.fakes import FakeModel, table_model
-from tests.unit.lead.test_tools import QWEN25, SMOLLM2, WEATHER, renderer
+from tests.unit.lead.tools.test_calls import QWEN25, SMOLLM2, WEATHER, renderer
 
 N_VOCAB = 1000
 N_CTX = 256

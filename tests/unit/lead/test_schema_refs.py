@@ -13,7 +13,7 @@ import pytest
 
 from duo.errors import UsageError, http_status
 from duo.lead.schema_refs import resolve_refs
-from tests.unit.lead.test_openai_sampling import grammar_text
+from tests.unit.lead.openai.test_requests_sampling import grammar_text
 
 CASES = json.loads((Path(__file__).parent / "json_schema_cases.json").read_text())["cases"]
 

@@ -305,7 +305,7 @@ def measured_profiles(d: Mapping[str, Any], source: str = "profile") -> list[Dev
     """A profile per placement of the two models on the devices a device-costs file times.
 
     The file (format "duo-device-costs/1"; scripts/gpu/check.sh writes one, and
-    tests/unit/bench/device_costs.json is a small example):
+    tests/unit/bench/sim/device_costs.json is a small example):
 
         device     the machine, in words ("NVIDIA H100 80GB HBM3, 16 cores")
         date       when it was measured (YYYY-MM-DD)

@@ -24,7 +24,7 @@ from duo.lead.engine.events import Done, Ending, Event, Failed, Job, Ticket
 from duo.lead.engine.jobs import Engine
 from duo.lead.engine.metrics import Metrics
 from tests.unit.fakes import FakeModel, table_model
-from tests.unit.lead.test_metrics import samples
+from tests.unit.lead.engine.test_metrics import samples
 
 
 class FakeMain:

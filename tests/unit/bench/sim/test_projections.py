@@ -1,4 +1,4 @@
-"""duo sim on a recorded `duo bench` report (tests/unit/bench/sim_bench_report.json: the default
+"""duo sim on a recorded `duo bench` report (tests/unit/bench/sim/sim_bench_report.json: the default
 pair, one bundled prompt, 48 tokens, target-1 / sync / async / lead+back, on a 2-vCPU
 EPYC): its sync trace and measured device profile project every mode, and `duo sim
 --bench` prints the projection beside each measurement."""

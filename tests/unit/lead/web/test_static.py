@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-WEB_TESTS = Path(__file__).resolve().parents[2] / "web"
+WEB_TESTS = Path(__file__).resolve().parents[3] / "web"
 OLDEST = 18  # node --test with --test-reporter
 
 

@@ -11,7 +11,7 @@ import pytest
 from duo.errors import DuoError
 from duo.lead.tools.calls import template_caps
 from duo.lead.tools.grammar import call_schema, tool_call_gbnf
-from tests.unit.lead.test_tools import QWEN25, TIME, WEATHER, renderer
+from tests.unit.lead.tools.test_calls import QWEN25, TIME, WEATHER, renderer
 
 # Parameters with a local $ref, as the OpenAI SDK writes Pydantic models.
 BOOKING = {
