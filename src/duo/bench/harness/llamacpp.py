@@ -55,6 +55,17 @@ def find_bin(directory: str | None, name: str) -> Path:
     return path
 
 
+def llama_server_command(
+    directory: str | None, main: Path, port: int, *, ctx: int, ngl: int, extra: list[str]
+) -> list[str]:
+    """llama-server on loopback: the one command line every peer of the bench starts it
+    with (`extra`: its slots, threads, drafting)."""
+    return [
+        str(find_bin(directory, "llama-server")), "-m", str(main), "--host", "127.0.0.1",
+        "--port", str(port), "-c", str(ctx), "-ngl", str(ngl), "--no-webui", *extra,
+    ]  # fmt: skip
+
+
 def rpc_server_bin(directory: str | None) -> Path:
     """llama.cpp's RPC server: ggml-rpc-server as llama-cpp-python's vendored build names
     it, rpc-server in llama.cpp's own."""

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import httpx
 
 from duo.bench.harness import llamacpp
-from duo.bench.harness.llamacpp import find_bin, rpc_server_bin
+from duo.bench.harness.llamacpp import llama_server_command, rpc_server_bin
 from duo.bench.harness.runners import (
     Prompt,
     Runner,
@@ -142,14 +142,15 @@ class RemoteDraft(LlamaCppRunner):
             wait_ready(lambda: _accepts(link.far_host, rpc_port), self.procs[0])
             self.link = link.proxy((link.far_host, rpc_port), "127.0.0.1")
             remote = self.link.port if self.link else rpc_port
-            server = [
-                str(find_bin(bin_dir, "llama-server")), "-m", str(models.main),
-                "-md", str(models.draft), "--rpc", f"127.0.0.1:{remote}",
-                "--spec-draft-device", "RPC0", "-ngld", "99", "-ngl", str(models.n_gpu_layers),
-                "--spec-type", "draft-simple", "--spec-draft-n-max", str(spec.draft_max),
-                "-t", str(models.threads), "-c", str(models.n_ctx), "--host", "127.0.0.1",
-                "--port", str(port), "--no-webui",
-            ]  # fmt: skip
+            server = llama_server_command(
+                bin_dir, models.main, port, ctx=models.n_ctx, ngl=models.n_gpu_layers,
+                extra=[
+                    "-md", str(models.draft), "--rpc", f"127.0.0.1:{remote}",
+                    "--spec-draft-device", "RPC0", "-ngld", "99",
+                    "--spec-type", "draft-simple", "--spec-draft-n-max", str(spec.draft_max),
+                    "-t", str(models.threads),
+                ],
+            )  # fmt: skip
             self.procs.append(quiet(server, spec.main_cores))
             url = f"http://127.0.0.1:{port}"
             wait_ready(

@@ -253,17 +253,27 @@ class LeadBack(Runner):
             self.link.stop()
 
 
+def lead_command(main: Path, port: int, *, ctx: int, draft_max: int, extra: list[str]) -> list[str]:
+    """`duo lead` on loopback, quiet: the one command line the bench starts it with
+    (`extra`: its sources, threads, cores, slots)."""
+    return [
+        sys.executable, "-m", "duo", "lead", "-m", str(main), "--port", str(port), "--quiet",
+        "-c", str(ctx), "--draft", str(draft_max), *extra,
+    ]  # fmt: skip
+
+
 def start_lead(
     models: ModelConfig, spec: SpecConfig, port: int, spec_types: str, as_user: bool = False
 ) -> subprocess.Popen[bytes]:
     """`duo lead` on the main cores (`as_user`: on the threads it chooses), serving on
     loopback once this returns."""
-    cmd = [
-        sys.executable, "-m", "duo", "lead", "-m", str(models.main), "--port", str(port),
-        "--quiet", "--draft", str(spec.draft_max),
-        "--policy", "adaptive" if spec.adaptive else "fixed", "--spec-type", spec_types,
-        "-ngl", str(models.n_gpu_layers), "-c", str(models.n_ctx),
-    ]  # fmt: skip
+    cmd = lead_command(
+        models.main, port, ctx=models.n_ctx, draft_max=spec.draft_max,
+        extra=[
+            "--policy", "adaptive" if spec.adaptive else "fixed", "--spec-type", spec_types,
+            "-ngl", str(models.n_gpu_layers),
+        ],
+    )  # fmt: skip
     if not as_user:
         cmd += ["-t", str(models.threads)]
     if spec.main_cores and not as_user:

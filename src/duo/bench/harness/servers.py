@@ -10,8 +10,8 @@ import sys
 
 import httpx
 
-from duo.bench.harness.llamacpp import DEFAULT_NGRAM, find_bin, ngram_flags
-from duo.bench.harness.runners import cores_text, quiet, wait_ready
+from duo.bench.harness.llamacpp import DEFAULT_NGRAM, llama_server_command, ngram_flags
+from duo.bench.harness.runners import cores_text, lead_command, quiet, wait_ready
 from duo.net import free_port
 from duo.session.config import DEFAULT_SPEC_TYPES, ModelConfig, SpecConfig
 
@@ -87,11 +87,10 @@ def start(
     if name in ("duo", "duo-editor", "duo+back"):
         return _duo(name, models, spec, slots, port)
     every = str(len(os.sched_getaffinity(0)))
-    server = [
-        str(find_bin(bin_dir, "llama-server")), "-m", str(models.main), "--host", "127.0.0.1",
-        "--port", str(port), "-np", str(slots), "-c", str(models.n_ctx * slots),
-        "-ngl", str(models.n_gpu_layers), "--no-webui", *(FIM_PRESET if fim else ()),
-    ]  # fmt: skip
+    server = llama_server_command(
+        bin_dir, models.main, port, ctx=models.n_ctx * slots, ngl=models.n_gpu_layers,
+        extra=["-np", str(slots), *(FIM_PRESET if fim else ())],
+    )  # fmt: skip
     if name == "llama-server-default":  # as a user types it: no thread or cache flags
         return Server(name, [server], "llama-server's defaults", url)
     server += ["-t", every, "--kv-unified", "-tb", every]
@@ -114,10 +113,10 @@ def _duo(name: str, models: ModelConfig, spec: SpecConfig, slots: int, port: int
     url = f"http://127.0.0.1:{port}"
     duo = [sys.executable, "-m", "duo"]
     ctx = str(models.n_ctx)
-    lead = [
-        *duo, "lead", "-m", str(models.main), "--port", str(port), "--quiet",
-        "--parallel", str(slots), "-c", ctx, "--draft", str(spec.draft_max),
-    ]  # fmt: skip
+    lead = lead_command(
+        models.main, port, ctx=models.n_ctx, draft_max=spec.draft_max,
+        extra=["--parallel", str(slots)],
+    )  # fmt: skip
     types = ["--spec-type", ",".join(sorted(spec.spec_types)) or "none"]
     if name != "duo+back":  # as a user types it: the pair, no placement flags
         if spec.spec_types != DEFAULT_SPEC_TYPES:  # --spec-type: as given
