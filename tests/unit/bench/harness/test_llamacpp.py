@@ -73,14 +73,14 @@ def test_the_default_peers_take_llama_cpps_own_thread_count(
     """llama.cpp-default and llama-server-default run as a user types them: no -t."""
     from pathlib import Path
 
-    from duo.bench.harness import servers
+    from duo.bench.harness import llamacpp, servers
     from duo.bench.harness.llamacpp import _greedy
     from duo.session.config import ModelConfig, SpecConfig
 
     assert "-t" not in _greedy(Path("m.gguf"), "hi", 8, None, 0)
     assert _greedy(Path("m.gguf"), "hi", 8, 2, 0)[6:8] == ["-t", "2"]
     started: list[list[str]] = []
-    monkeypatch.setattr(servers, "find_bin", lambda _d, name: tmp_path / name)
+    monkeypatch.setattr(llamacpp, "find_bin", lambda _d, name: tmp_path / name)
     monkeypatch.setattr(
         servers.Server, "__init__", lambda self, name, cmds, devices, url: started.extend(cmds)
     )
