@@ -3,8 +3,6 @@ Backs: REST frames when a back's rounds do not pay, looks, lent threads."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from duo.channel import protocol as p
@@ -15,20 +13,12 @@ from duo.net import machine_id
 from duo.session import placement, share
 from duo.session.placement import BackPlacement
 from duo.session.share import JUDGED, WINDOW
+from tests.unit.session.test_sharing import FakeModel
 
 # SmolLM2-135M F16 on this project's 2-vCPU host, seconds by batch: on both cores (alone),
 # and on one (split: a back drafts on the other).
 ALONE = {1: 0.0075, 2: 0.0119, 3: 0.0125, 5: 0.0138, 9: 0.0180}
 SPLIT = {1: 0.0104, 2: 0.0170, 3: 0.0178, 5: 0.0208, 9: 0.0305}
-
-
-class FakeModel:
-    def __init__(self, threads: int) -> None:
-        self.n_threads = threads
-        self.path = Path("fake.gguf")
-
-    def set_threads(self, n: int) -> None:
-        self.n_threads = n
 
 
 class Lead:
