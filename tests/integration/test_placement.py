@@ -24,7 +24,7 @@ from .conftest import Cluster, Proc, health, wait_until
 pytestmark = pytest.mark.integration
 
 PROMPT = "10, 20, 30,"
-N = 2400  # room for a rest, a look, a longer rest and a look that pays
+N = 3200  # room for a rest, a look (2 windows on), a rest, a look (4 windows on) that pays
 ELSEWHERE = "ab" * 8  # the machine the scripted back says it runs on: not the lead's
 
 
@@ -137,7 +137,7 @@ def test_a_back_whose_drafts_do_not_pay_rests_looks_and_drafts_again_once_they_p
     first, look, again, last = (at for _, at in back.rests)
     assert last - again > look - first  # the second rest is the longer
     assert out["timings"]["draft_n"] > 0
-    assert out["timings"]["draft_n_accepted"] > N // 4  # the right drafts were taken
+    assert out["timings"]["draft_n_accepted"] > 300  # the right drafts were taken
     (drafter,) = slots[0]["drafters"]
     assert drafter["name"] == "scripted-v4" and drafter["state"] == "drafting", drafter
     assert "pay" in drafter["why"]

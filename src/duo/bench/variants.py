@@ -6,12 +6,36 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from duo.llama.models import HALVES
 
-FANOUT_MODES = ("async", "async+free", "lead+back", "lead+back+free")  # async model drafters
 REMOTE_DRAFT = "llama-server-rd"  # llama.cpp's draft model on an rpc-server (harness.peers)
-LINK_MODES = ("lead+back", "lead+back+free", "lead+client", REMOTE_DRAFT)  # drafter across a link
+
+
+@dataclass(frozen=True)
+class ModeFacts:
+    """What the bench, its variants and the simulator know of a mode (how it runs is
+    duo.bench.harness.modes'); a mode not listed has none of these."""
+
+    fanout: bool = False  # an asynchronous model drafter: it runs at each --fanout
+    link: bool = False  # its drafter sits across a link: it runs at each --rtt
+    simulated: bool = False  # duo sim projects it (duo.bench.sim.sim.simulate)
+
+
+MODE_FACTS: dict[str, ModeFacts] = {
+    "target-1": ModeFacts(simulated=True),
+    "sync": ModeFacts(simulated=True),
+    "async": ModeFacts(fanout=True, simulated=True),
+    "async+free": ModeFacts(fanout=True),
+    "lead+back": ModeFacts(fanout=True, link=True, simulated=True),
+    "lead+back+free": ModeFacts(fanout=True, link=True),
+    "lead+client": ModeFacts(link=True),
+    REMOTE_DRAFT: ModeFacts(link=True),
+}
+FANOUT_MODES = tuple(mode for mode, f in MODE_FACTS.items() if f.fanout)
+LINK_MODES = tuple(mode for mode, f in MODE_FACTS.items() if f.link)
+SIM_MODES = tuple(mode for mode, f in MODE_FACTS.items() if f.simulated)
 _VARIANT = re.compile(r"(?P<mode>[^:@/]+)(?::f(?P<fanout>\d+))?(?:@(?P<rtt>[\d.]+)ms)?")
 
 

@@ -11,7 +11,6 @@ from typing import Any
 
 from duo.bench.sim.profiles import SEEDS, DeviceProfile, SeedSetup
 from duo.bench.sim.sim import (
-    SIM_MODES,
     remote_draft_ms_per_token,
     simulate,
     simulate_clients,
@@ -20,7 +19,7 @@ from duo.bench.sim.sim import (
     simulate_target,
 )
 from duo.bench.sim.trace import Trace
-from duo.bench.variants import REMOTE_DRAFT, parse_variant
+from duo.bench.variants import REMOTE_DRAFT, SIM_MODES, parse_variant
 from duo.errors import UsageError
 
 # -- projections -----------------------------------------------------------------------

@@ -71,12 +71,12 @@ from dataclasses import dataclass
 
 from duo.bench.sim.profiles import DeviceProfile
 from duo.bench.sim.trace import Trace, check_k
+from duo.bench.variants import SIM_MODES
 from duo.core.choice import Chooser, Longest, PerSource
 from duo.core.draft import Proposal
 from duo.core.policy import CostModel
 from duo.errors import UsageError
 
-SIM_MODES = ("target-1", "sync", "async", "lead+back")
 DRAFTER = "model"  # the source of the simulated drafter's proposals
 RIGHT, WRONG = 1, 0  # the main model's token at every position; a draft token it rejects
 FANOUT_DEPTH = 3  # guesses per branch (assumption 9)
