@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from duo.bench.harness.traffic import stream
 from duo.bench.net.link import LOOPBACK, Link
 from duo.core.sampling import SamplingParams
 from duo.core.stats import Readiness, SourceStats, Stats
@@ -31,7 +32,6 @@ from duo.llama.hugepages import user_environment
 from duo.net import free_port
 from duo.session.config import ModelConfig, SpecConfig
 from duo.session.session import Session
-from duo.sse import json_events
 
 T = TypeVar("T")
 
@@ -177,7 +177,8 @@ class LeadBack(Runner):
         assert models.draft is not None
         self.mode = mode
         self.prompts, self.n, self.sampling = prompts, n, sampling
-        self.devices = _devices(spec, models) + " (2 processes)"
+        placed = "threads as each chooses (a back's lent)" if as_user else _devices(spec, models)
+        self.devices = placed + " (2 processes)"
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         # the back reaches the lead across the link (a proxy, a namespace), if one is asked for
@@ -299,22 +300,8 @@ def _complete(
         path, body["messages"] = "/v1/chat/completions", [{"role": "user", "content": p.text}]
     else:
         path, body["prompt"] = "/v1/completions", p.text
-    t0 = time.perf_counter()
-    ttft = 0.0
-    timings: dict[str, Any] = {}
-    with client.stream("POST", path, json=body) as r:
-        r.raise_for_status()
-        for chunk in json_events(r.iter_lines()):
-            if (
-                not ttft
-                and chunk["choices"]
-                and (
-                    chunk["choices"][0].get("text")
-                    or chunk["choices"][0].get("delta", {}).get("content")
-                )
-            ):
-                ttft = time.perf_counter() - t0
-            timings = chunk.get("timings", timings)
+    answer = stream(client, path, body)
+    timings, ttft = answer.timings[-1], answer.ttft or 0.0
     s = Stats(
         prompt_tokens=timings["prompt_n"] + timings["cache_n"],
         prefill_seconds=timings["prompt_ms"] / 1000,

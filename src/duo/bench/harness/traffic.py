@@ -107,7 +107,7 @@ def stream_completion(
         "stream_options": {"include_usage": True},
         **_sampling(sampling),
     }
-    return _timed(http, "/v1/completions", body, out, _openai_piece)
+    return _timed(http, "/v1/completions", body, out, openai_piece)
 
 
 def stream_infill(
@@ -123,10 +123,12 @@ def _sampling(sampling: SamplingParams) -> dict[str, Any]:
     return {**sampling.to_request(), "cache_prompt": True}
 
 
-def _openai_piece(chunk: dict[str, Any]) -> tuple[str, int]:
-    """A /v1/completions event's text and the tokens that spelled it (duo says)."""
+def openai_piece(chunk: dict[str, Any]) -> tuple[str, int]:
+    """A /v1/completions or /v1/chat/completions event's text and the tokens that spelled
+    it (duo says)."""
     choices = chunk.get("choices") or []
-    text = choices[0].get("text") or "" if choices else ""
+    first = choices[0] if choices else {}
+    text = first.get("text") or (first.get("delta") or {}).get("content") or ""
     return text, max(1, int((chunk.get("duo") or {}).get("tokens", 1)))
 
 
@@ -137,17 +139,31 @@ def _native_piece(chunk: dict[str, Any]) -> tuple[str, int]:
     return chunk.get("content") or "", max(1, len(chunk.get("tokens") or ()))
 
 
-def _timed(
+@dataclass
+class Streamed:
+    """One streamed answer as a client saw it: its text, the time to its first text and
+    between its texts (and per token, where the server says how many tokens spelled a
+    text), its tokens, and the timings the server reported (each chunk's that had any)."""
+
+    text: str = ""
+    ttft: float | None = None
+    gaps: list[float] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
+    tokens: int = 0
+    timings: list[dict[str, Any]] = field(default_factory=list)
+
+
+def stream(
     http: httpx.Client,
     path: str,
     body: dict[str, Any],
-    out: ClientFigures,
-    piece: Callable[[dict[str, Any]], tuple[str, int]],
-) -> str:
-    """Stream `body` to `path`: the time to the first text and between texts, and the
-    tokens and drafts the answer's usage and timings report, go to `out`."""
+    piece: Callable[[dict[str, Any]], tuple[str, int]] | None = None,
+) -> Streamed:
+    """Stream `body` to `path` (server-sent events of JSON; `piece`: a chunk's text and
+    the tokens that spelled it), timed: the one client of every streamed request the
+    bench makes. A server's error mid-stream raises GenerationFailed."""
+    out, pieces = Streamed(), []
     t0 = last = time.perf_counter()
-    first, tokens, pieces = True, 0, []
     # One connection per request: llama-server may close a connection after a stream,
     # and a reused one then fails; both servers pay the same loopback connect.
     headers = {"Connection": "close"}
@@ -158,13 +174,12 @@ def _timed(
                 err = chunk["error"]
                 message = err.get("message", err) if isinstance(err, dict) else err
                 raise GenerationFailed(f"the server failed a request: {message}")
-            text, n_tokens = piece(chunk)
+            text, n_tokens = (piece or openai_piece)(chunk)
             if text:
                 pieces.append(text)
                 now = time.perf_counter()
-                if first:
-                    out.ttft.append(now - t0)
-                    first = False
+                if out.ttft is None:
+                    out.ttft = now - t0
                 else:
                     out.gaps.append(now - last)
                     out.itl.extend([(now - last) / n_tokens] * n_tokens)
@@ -172,10 +187,30 @@ def _timed(
             usage = chunk.get("usage") or {}
             timings = chunk.get("timings") or {}
             if usage.get("completion_tokens") or timings.get("predicted_n"):
-                tokens = usage.get("completion_tokens") or timings["predicted_n"]
-            drafts(out, timings)
-    out.tokens += int(tokens)
-    return "".join(pieces)
+                out.tokens = usage.get("completion_tokens") or timings["predicted_n"]
+            if timings:
+                out.timings.append(timings)
+    out.text = "".join(pieces)
+    return out
+
+
+def _timed(
+    http: httpx.Client,
+    path: str,
+    body: dict[str, Any],
+    out: ClientFigures,
+    piece: Callable[[dict[str, Any]], tuple[str, int]],
+) -> str:
+    """Stream `body` to `path`: its figures go to `out`; returns its text."""
+    s = stream(http, path, body, piece)
+    if s.ttft is not None:
+        out.ttft.append(s.ttft)
+    out.gaps += s.gaps
+    out.itl += s.itl
+    out.tokens += int(s.tokens)
+    for timings in s.timings:
+        drafts(out, timings)
+    return s.text
 
 
 def drafts(out: ClientFigures, timings: dict[str, Any]) -> None:
