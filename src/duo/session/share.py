@@ -201,8 +201,11 @@ class CoreShare:
         return self.split != self.alone
 
     def start(self, worker: Holdable) -> None:
-        """The better way at a typical acceptance (drafting, where that is not known)."""
+        """The better way at a typical acceptance; where that is not known (a back), the
+        drafter drafts, and must show at its first judgements that it pays, as at a look."""
         self._take(self.typical.better(ALONE) if self.typical else SPLIT)
+        if self.typical is None:
+            self._trials = TRIALS
         self.worker = worker
         worker.hold(self.state == ALONE)
         if self.state == ALONE:

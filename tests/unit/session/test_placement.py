@@ -132,3 +132,16 @@ def test_a_second_back_on_this_machine_only_rests_and_the_log_says_why(
     with caplog.at_level("INFO", logger="duo.session.placement"):
         lead_fixed.join("pinned", machine=machine_id(), threads=1)
     assert "threads are fixed" in caplog.text
+
+
+def test_a_back_beside_the_lead_must_pay_at_its_first_judgements(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A back on the lead's machine that slows every pass by 5% and whose drafts are never
+    taken is rested at its first judgement (as at a look: no margin); the 10% margin
+    would have kept it, at 0.95x the main model alone, for good."""
+    lead = Lead(monkeypatch)  # nothing to lend: it can only rest
+    remote, sent = lead.join("beside", machine=machine_id(), threads=1)
+    lead.passes(1, ALONE[1] * 1.05, None, WINDOW + 2)
+    assert sent == [p.Rest(True)] and remote.state == "resting"
+    assert lead.main.n_threads == 2
