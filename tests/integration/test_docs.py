@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import html
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,3 +61,19 @@ def test_every_route_is_in_the_http_reference(site: Path) -> None:
     for path, methods in paths.items():
         for method in methods:
             assert f"{method.upper()} {path}" in text, (method, path)
+
+
+GENERATED = {"docs/reference/commands.md", "docs/reference/http.md"}  # made at build
+
+
+def test_the_readme_fits_a_few_screens_and_its_links_resolve(site: Path) -> None:
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 250
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    assert len(links) >= 20
+    for link in links:
+        if "://" in link:
+            continue
+        assert (ROOT / link).exists() or link in GENERATED, link
+        if link in GENERATED:  # a page of the site
+            assert (site / link.removeprefix("docs/").removesuffix(".md") / "index.html").exists()

@@ -49,7 +49,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         "--threads",
         type=positive,
         help="main model threads (default: the physical cores, less an in-process "
-        "drafter's; see README, Placement)",
+        "drafter's; see docs/placement.md)",
     )
     g.add_argument(
         "-td",
@@ -154,7 +154,7 @@ def add_spec_args(p: argparse.ArgumentParser, *, modes: bool = True) -> None:
         "ngram (lookup in the request itself), suffix (earlier requests); llama.cpp's "
         "names work too (draft-simple, ngram-simple, ngram-map-k, ngram-mod, ngram-cache); "
         f"none = no drafting (default {','.join(SPEC_TYPES)}, with the draft model only "
-        "where it pays for the cores it takes: see README, Placement)",
+        "where it pays for the cores it takes: see docs/placement.md)",
     )
     g.add_argument(
         "--spec-ngram-size-n",

@@ -141,7 +141,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     if os.environ.get(HALF_ENV):
         why = f"${HALF_ENV}"
     elif native_bf16():
-        why = "the default; this CPU has AVX512_BF16: DUO_HALF=BF16 is faster, see README"
+        why = "the default; this CPU has AVX512_BF16: DUO_HALF=BF16 is faster, see docs/models.md"
     else:
         why = "the default; this CPU has no native BF16"
     print(f"main models in {half_type()} ({why})")

@@ -10,7 +10,7 @@ that computes BF16 natively (AVX512_BF16, which the llama-cpp-python build enabl
 the CPU has it: scripts/cpu-flags.sh) a batch of BF16 tokens costs less than one of F16,
 so a server's prompts and long drafts go faster; but on a Zen 4 EPYC, a BF16 batch's
 logits differed from a single token's enough to change greedy text, so drafts would change
-the output. Exactness first: F16 unless asked (README, "Models").
+the output. Exactness first: F16 unless asked (docs/models.md).
 """
 
 from __future__ import annotations

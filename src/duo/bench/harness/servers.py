@@ -29,7 +29,7 @@ STOP_SECONDS = 30.0  # how long a server may take to end when asked
 # llama.cpp's presets for editors (--fim-qwen-1.5b-default and its kin): what a user runs
 # llama-server with for llama.vim or llama.vscode
 FIM_PRESET = ("-b", "1024", "-ub", "1024", "--cache-reuse", "256")
-# duo lead as the README's editor setup runs it: the preset's prompt reuse
+# duo lead as the editor setup (docs/editors.md) runs it: the preset's prompt reuse
 EDITOR_FLAGS = ("--cache-reuse", "256")
 
 

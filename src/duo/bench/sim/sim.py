@@ -162,7 +162,7 @@ def remote_draft_ms_per_token(
     across a link `extra_rtt_ms` longer than the one its `base_ms` per token was measured
     on: each draft token is a graph the rpc-server computes, one round trip, and each round
     costs one more; none of it overlaps the main model. Fitted to `duo bench --rtt`'s
-    llama-server-rd runs (see the README), not derived from llama.cpp's sources."""
+    llama-server-rd runs (docs/across-machines.md), not derived from llama.cpp's sources."""
     return base_ms + extra_rtt_ms * (drafted_per_round + 1) / tokens_per_round
 
 
