@@ -7,10 +7,8 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 
 from duo import __version__
-from duo.busy import OtherLoad, busy_note
 from duo.cli.args import (
     HALF_ENV,
     add_model_args,
@@ -36,7 +34,7 @@ from duo.cli.progress import Spinner
 from duo.cli.rpc_server import add_rpc_server_parser
 from duo.cli.sim import add_sim_parser
 from duo.cli.values import positive
-from duo.core.sampling import GREEDY, SamplingParams
+from duo.core.sampling import SamplingParams
 from duo.core.stats import Stats
 from duo.core.text import TextStream
 from duo.errors import DuoError, UsageError, exit_code
@@ -48,7 +46,6 @@ from duo.llama.models import (
     prepare,
     verify_file,
 )
-from duo.session.config import MODES
 from duo.session.session import Session
 
 DEMO_PROMPT = "Explain the difference between concurrency and parallelism in Python."
@@ -100,32 +97,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    """The main job on the default pair: each mode on the same prompt, side by side."""
-    spec = spec_config(args)
-    config = model_config(args, need_draft=True, spec=spec)
-    color = sys.stdout.isatty()
-    results = {}
-    load = OtherLoad()
-    for mode in MODES:
-        print(f"\n=== {mode} ===", flush=True)
-        with Session(config, replace(spec, mode=mode)) as session:
-            tokens = prompt_tokens(session, args.prompt, chat=True)
-            stats = show_generation(session, tokens, args.n_predict, color=color, sampling=GREEDY)
-        for line in stats.summary():
-            print(line)
-        results[mode] = stats
-    base = results["target"].tokens_per_second
-    print(f"\n{'mode':8} {'tok/s':>8} {'vs target':>10} {'accept':>8} {'mean len':>9}")
-    for mode, s in results.items():
-        speedup = s.tokens_per_second / base if base else 0.0
-        print(
-            f"{mode:8} {s.tokens_per_second:8.2f} {speedup:9.2f}x "
-            f"{s.acceptance_rate:8.2f} {s.mean_acceptance_length:9.2f}"
-        )
-    if note := busy_note(load.share()):
-        print(note)
-    return 0
+def _demo(args: argparse.Namespace) -> int:
+    from duo.cli.demo import cmd_demo  # the bench's harness, loaded only for the demo
+
+    return cmd_demo(args)
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -210,12 +185,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen.set_defaults(func=cmd_generate)
 
-    demo = sub.add_parser("demo", help="target vs sync vs async on the default pair")
+    demo = sub.add_parser(
+        "demo",
+        help="what duo is for: a lead and a back streaming an answer, then the main model "
+        "alone, duo with no flags and lead+back side by side",
+    )
     add_model_args(demo)
     add_spec_args(demo)
     demo.add_argument("-p", "--prompt", default=DEMO_PROMPT, help="prompt text")
     demo.add_argument("-n", "--n-predict", type=positive, default=128, help="tokens to generate")
-    demo.set_defaults(func=cmd_demo)
+    demo.set_defaults(func=_demo)
 
     models = sub.add_parser("models", help="list, prepare or verify the default model pairs")
     models.add_argument("action", nargs="?", choices=("list", "prepare", "verify"), default="list")
