@@ -229,18 +229,17 @@ def test_seed_000_command_line_equals_the_main_model_alone(
     assert seed.returncode == 0, seed.stderr[-3000:]
     assert seed.stdout == local.stdout
     log = seed.stderr
-    # The remote draft model drafted (whether the lead's policy found its drafts worth
-    # verifying depends on how busy the host is: not asserted).
-    assert re.search(r"by source: .*model \d+/\d+ \([1-9]\d* received\)", log), log[-2000:]
+    # Its servers share the cores with the main model's: it is judged with both running
+    # (contended timings), and where its drafts would not pay it rests from the start;
+    # where they would, it drafts.
+    resting = "the draft model resting on rpc-servers that share the cores" in log
+    drafted = re.search(r"by source: .*model \d+/\d+ \([1-9]\d* received\)", log)
+    assert resting or drafted, log[-2000:]
     layers = devices_of_layers(log)
     # The main model's 30 layers and output over RPC0 and RPC1, the draft's all on RPC2.
     assert layers["RPC0"] > 0 and layers["RPC1"] > 0
     assert layers["RPC0"] + layers["RPC1"] == layers["RPC2"] == 31, layers
     assert "CPU" not in layers
-    # its servers share the cores with the main model's: judged with both running
-    assert "the draft model resting on rpc-servers that share the cores" in log or (
-        "the draft model drafting on rpc-servers that share the cores" in log
-    ), log[-2000:]
 
 
 def test_seed_000_topology_behind_a_lead_reports_its_back(

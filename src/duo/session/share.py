@@ -138,8 +138,8 @@ class CoreShare:
         self.source = source  # whose rounds are the drafter's
         # whether its work slows the main model's passes (it shares the machine): if not,
         # the rounds without its drafts count as they were, and the rounds with them at
-        # the passes' cost as measured now; it then must pay at every judgement, as it
-        # costs nothing else
+        # the passes' cost as measured now; it then must bring something at every
+        # judgement (drafts never ready in time bring nothing: it rests)
         self.beside = beside
         self.draft_threads = draft.n_threads if draft is not None else draft_threads
         self.split = split
@@ -252,7 +252,10 @@ class CoreShare:
             self.judged += 1
             margin = 1.0 if self._trials or not self.beside else MARGIN
             self._trials = max(0, self._trials - 1)
-            if split > margin * alone:  # the drafter costs more than it brings
+            # A drafter that costs nothing but its rounds (not beside) must bring something:
+            # one whose drafts were never ready in time, or never verified, rests too.
+            idle = not self.beside and split >= alone > 0
+            if split > margin * alone or idle:  # the drafter costs more than it brings
                 self.looking = False
                 self._take(ALONE)
                 self._plan_look()

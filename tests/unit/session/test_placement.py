@@ -145,3 +145,14 @@ def test_a_back_beside_the_lead_must_pay_at_its_first_judgements(
     lead.passes(1, ALONE[1] * 1.05, None, WINDOW + 2)
     assert sent == [p.Rest(True)] and remote.state == "resting"
     assert lead.main.n_threads == 2
+
+
+def test_a_back_whose_drafts_are_never_ready_in_time_rests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Drafts that always come too late are never verified: the rounds are the main
+    model's alone, and a back on another machine that brings nothing rests."""
+    lead = Lead(monkeypatch)
+    remote, sent = lead.join("late")
+    lead.passes(1, ALONE[1], None, WINDOW + 2)
+    assert sent == [p.Rest(True)] and remote.state == "resting"
