@@ -90,6 +90,8 @@ class ScriptedBack:
                     case p.Rest(flag):
                         resting = flag
                         self.rests.append((flag, end - prompt))
+                        if [r for r, _ in self.rests] == [True, False, True]:
+                            self.right = True  # from the next look on, its drafts pay
                         continue
                     case _:
                         continue
@@ -102,8 +104,6 @@ class ScriptedBack:
                     guess = tuple(self._rng.randrange(n_vocab) for _ in range(8))
                 if guess:
                     self.ws.send(p.encode(p.DraftMsg(session, end, guess), self.width))
-                if not self.right and [r for r, _ in self.rests] == [True, False, True]:
-                    self.right = True  # from the next look on, its drafts pay
         except (ConnectionClosed, TimeoutError):
             return
 
