@@ -7,8 +7,9 @@ weighed as duo.session.share weighs the in-process drafter (one CoreShare per ba
 rounds those of the back's source): over windows of emitted tokens, the passes as they
 were against what the main model alone would have taken for the same tokens. A back
 whose drafts do not pay is told to rest (REST, duo.channel.protocol): it drafts nothing
-and keeps up with the commits, and gets a look now and then (sooner than the in-process
-drafter's first: `FIRST_LOOK` windows), at waits that double while its looks show no gain.
+and keeps up with the commits, and gets a look now and then (a back on another machine
+sooner than the in-process drafter: after `FIRST_LOOK` windows), at waits that double
+while its looks show no gain. A back is judged `JUDGED` tokens after it joins.
 
 A back that shares the machine and says how many threads it drafts on lends them to the
 main model while it rests, where the lead chose the main model's threads
@@ -33,11 +34,12 @@ from duo.core.rounds import Round
 from duo.core.sharing import ALONE, SPLIT
 from duo.llama.backend import Model
 from duo.net import is_loopback, machine_id
+from duo.session import share
 from duo.session.share import CoreShare
 
 log = logging.getLogger(__name__)
 
-FIRST_LOOK = 2  # windows before a rested back's first look
+FIRST_LOOK = 2  # windows before a rested back's first look, on another machine
 
 DRAFTING: BackState = "drafting"
 RESTING: BackState = "resting"
@@ -133,7 +135,9 @@ class BackPlacement:
             draft_max=self.draft_max,
             source=remote.source,
             draft_threads=remote.threads if split != threads else 0,
-            first_look=FIRST_LOOK,
+            # a look at a back on this machine costs what a look at the in-process
+            # drafter costs (cores); at one elsewhere, only its rounds
+            first_look=share.FIRST_LOOK if local else FIRST_LOOK,
             beside=local,
         )
         judge.costs = self.costs()

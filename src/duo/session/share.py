@@ -204,8 +204,9 @@ class CoreShare:
         """The better way at a typical acceptance; where that is not known (a back), the
         drafter drafts, and must show at its first judgements that it pays, as at a look."""
         self._take(self.typical.better(ALONE) if self.typical else SPLIT)
-        if self.typical is None:
+        if self.typical is None:  # judged soon, by what its first rounds measure
             self._trials = TRIALS
+            self._next = self._emitted + JUDGED
         self.worker = worker
         worker.hold(self.state == ALONE)
         if self.state == ALONE:

@@ -111,7 +111,7 @@ def test_a_back_on_this_machine_borrows_its_threads_while_it_drafts(
     lead.passes(1, SPLIT[5], remote.source, JUDGED + 1)
     assert sent == [p.Rest(True)] and lead.main.n_threads == 2
     assert "the main model on 2 threads" in remote.why
-    lead.passes(1, ALONE[1], None, placement.FIRST_LOOK * WINDOW)
+    lead.passes(1, ALONE[1], None, share.FIRST_LOOK * WINDOW)  # as the in-process drafter's
     assert sent[-1] == p.Rest(False) and lead.main.n_threads == 1
     lead.backs.leave(remote)
     lead.passes(1, SPLIT[1], None, 1)
