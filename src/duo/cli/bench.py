@@ -5,25 +5,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import os
-import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from duo.bench.harness import fim
-from duo.bench.harness.agents import SUITE as AGENT_SUITE
-from duo.bench.harness.agents import agent_sessions
+from duo.bench.harness import plan
 from duo.bench.harness.fim import SUITES as FIM_SUITES
 from duo.bench.harness.fim import InfillRequest
 from duo.bench.harness.llamacpp import NGRAM_TYPES
 from duo.bench.harness.modes import MODES as BENCH_MODES
 from duo.bench.harness.modes import PEER_MODES
+from duo.bench.harness.plan import SESSION_SUITES
 from duo.bench.harness.runners import Prompt
 from duo.bench.harness.servers import SERVERS
-from duo.bench.harness.workloads import ANSWER_TOKENS, WORKLOADS, sessions
 from duo.bench.net import netns
 from duo.bench.net.netns import FarHost
 from duo.bench.variants import REMOTE_DRAFT
@@ -49,10 +43,7 @@ from duo.cli.values import (
     round_trips,
 )
 from duo.errors import UsageError
-from duo.llama.models import DEFAULT_PAIR, get_pair, prepare
-from duo.session.config import ModelConfig, SpecConfig, parse_pin, parse_spec_types
-
-SESSION_SUITES = (*WORKLOADS, AGENT_SUITE)  # requests in sessions, to a server
+from duo.session.config import ModelConfig, SpecConfig
 
 
 def ngram_types(text: str) -> list[str]:
@@ -227,21 +218,11 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from duo.bench.harness import suite as bench
-
-    if args.prompts and args.suite != "chat":
-        raise UsageError("give either --prompts FILE or --suite, not both")
-    infills = _infills(args)
-    if (args.suite in SESSION_SUITES or infills) and not args.clients:
-        raise UsageError(f"--suite {args.suite} is requests to a server: add --clients")
-    listed = args.suite in SESSION_SUITES or infills
-    prompts = [] if listed else bench.load_prompts(args.prompts, args.suite)
+    prompts, infills = plan.work(args)
     if args.n_predict is None:
-        args.n_predict = ANSWER_TOKENS.get(args.suite, 128)
-    if args.repeat > 1 and len(prompts) == 1:
-        raise UsageError("--repeat needs at least two prompts (a drafter would cache the answer)")
-    spec = _bench_spec(args)
-    mains = _halves(args)
+        args.n_predict = plan.answer_tokens(args.suite)
+    spec = plan.spec(args)
+    mains = plan.halves(args, Spinner)
     models = model_config(args, need_draft=True, placement=rpc_placement(args), spec=spec)
     if mains:
         models = replace(models, main=next(iter(mains.values())))
@@ -250,33 +231,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise UsageError("--clients does not take rpc-servers: measure the modes instead")
         return _bench_clients(args, models, spec, infills or prompts)
     return _bench_modes(args, models, spec, prompts, mains)
-
-
-def _bench_spec(args: argparse.Namespace) -> SpecConfig:
-    """The modes' speculation settings: async, on the cores --devices gives (main on core
-    0, drafter on core 1 where there are two), the --clients servers' sources."""
-    devices = args.devices
-    if devices is None and len(os.sched_getaffinity(0)) > 1:
-        devices = "0:1"
-    main_cores, draft_cores = parse_pin(devices)
-    spec = SpecConfig(
-        mode="async",
-        draft_max=args.draft,
-        max_ahead=args.max_ahead,
-        fanout=args.fanout[0],
-        main_cores=main_cores,
-        draft_cores=draft_cores,
-        adaptive=args.policy == "adaptive",
-    )
-    if (args.peer_draft or args.peer_key or args.peer_ngram) and not args.clients:
-        raise UsageError(
-            "--peer-draft, --peer-key and --peer-ngram set --clients' llama-server peers"
-        )
-    if args.spec_type is not None:
-        if not args.clients:
-            raise UsageError("--spec-type sets the draft sources of --clients' servers")
-        spec = replace(spec, spec_types=parse_spec_types(args.spec_type))
-    return spec
 
 
 def _bench_modes(
@@ -290,22 +244,17 @@ def _bench_modes(
     reported as a table, and as --json and --plot ask."""
     from duo.bench.harness import suite as bench
 
-    modes = list(args.modes)
-    if args.modes == list(BENCH_MODES) and (
-        args.llama_cpp_bin or shutil.which("llama-speculative-simple")
-    ):
-        modes += PEER_MODES  # the peer to beat, where its binaries are at hand
     with contextlib.ExitStack() as stack:
         report = bench.run(
             models,
             spec,
-            modes,
+            plan.modes(args),
             prompts,
             args.n_predict,
             args.repeat,
             sampling=sampling_params(args),
             llama_cpp_bin=args.llama_cpp_bin,
-            interleave=_interleave(args.order, models),
+            interleave=plan.interleave(args.order, models),
             fanouts=args.fanout,
             rtts=args.rtt,
             jitter_ms=args.jitter,
@@ -325,18 +274,6 @@ def _bench_modes(
 
         plot(report, Path(args.plot))
     return 0
-
-
-def _halves(args: argparse.Namespace) -> dict[str, Path]:
-    """--half's main model files (prepared on first use), by type; {} without --half."""
-    if not args.half:
-        return {}
-    if args.model:
-        raise UsageError("--half makes a pair's main model in each type: give --pair, not -m")
-    if args.clients:
-        raise UsageError("--half measures the modes: run --clients once per DUO_HALF instead")
-    pair = get_pair(args.pair or DEFAULT_PAIR)
-    return {h: prepare(pair, half=h, progress=Spinner)[0] for h in args.half}
 
 
 def _far_side(args: argparse.Namespace, stack: contextlib.ExitStack) -> FarHost | None:
@@ -360,25 +297,6 @@ def _far_side(args: argparse.Namespace, stack: contextlib.ExitStack) -> FarHost 
         raise UsageError(f"--link netns: {e}") from None
 
 
-def _infills(args: argparse.Namespace) -> list[InfillRequest]:
-    """The fill-in-the-middle requests of --suite fim / fim-holdout, or of a --prompts file
-    of them (JSON lines with input_prefix and input_suffix); none otherwise."""
-    if args.suite in FIM_SUITES:
-        return fim.requests(args.suite)
-    if args.prompts is None:
-        return []
-    try:
-        lines = Path(args.prompts).read_text().splitlines()
-        first = next((line for line in lines if line.strip()), "")
-        if "input_prefix" not in json.loads(first or "{}"):
-            return []
-        return fim.load(args.prompts)
-    except OSError as e:
-        raise UsageError(f"cannot read {args.prompts}: {e.strerror}") from None
-    except ValueError as e:
-        raise UsageError(f"{args.prompts}: {e}") from None
-
-
 def _bench_clients(
     args: argparse.Namespace,
     models: ModelConfig,
@@ -387,23 +305,12 @@ def _bench_clients(
 ) -> int:
     from duo.bench.harness import clients
 
-    work: list[Any] = prompts
-    if args.suite == AGENT_SUITE:
-        work = agent_sessions()
-    elif args.suite in WORKLOADS:
-        work = sessions(args.suite)
     fim_peers = bool(prompts) and isinstance(prompts[0], dict)
-    servers = args.servers or [
-        s
-        for s in SERVERS
-        if (not s.startswith("llama-server") or args.llama_cpp_bin)
-        and (s != "duo-editor" or fim_peers)  # the editor setup, for editors' requests
-    ]
     report = clients.run(
         models,
         spec,
-        servers,
-        work,
+        plan.servers(args, fim_peers),
+        plan.client_work(args.suite, prompts),
         args.clients,
         args.n_predict,
         args.repeat,
@@ -414,7 +321,7 @@ def _bench_clients(
         peer_drafts=args.peer_draft,
         peer_keys=args.peer_key,
         peer_ngrams=args.peer_ngram,
-        interleave=_interleave(args.order, models),
+        interleave=plan.interleave(args.order, models),
         fim=fim_peers,
     )
     print(file=sys.stderr)
@@ -422,11 +329,3 @@ def _bench_clients(
     if args.json:
         Path(args.json).write_text(report.to_json())
     return 0
-
-
-def _interleave(order: str, models: ModelConfig) -> bool:
-    """Modes take turns prompt by prompt unless asked otherwise, or unless layers are
-    offloaded: every mode holds its own copy of the models on the device then."""
-    if order == "auto":
-        return not (models.n_gpu_layers or models.n_gpu_layers_draft)
-    return order == "interleaved"
