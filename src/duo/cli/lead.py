@@ -4,15 +4,10 @@ with --rpc; with a back of its own with --rpcd)."""
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
 from dataclasses import replace
-from pathlib import Path
-from types import FrameType
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from duo import auth
@@ -32,15 +27,12 @@ from duo.cli.values import bind_address, mebibytes, non_negative, port, positive
 from duo.errors import UsageError
 from duo.lead.engine.lead import Lead, LeadConfig
 from duo.lead.openai.reasoning import FORMATS
-from duo.llama.models import DEFAULT_PAIR, get_pair
 from duo.llama.rpc import check_endpoints, setup_rpc
-from duo.net import check_port, free_port, is_loopback
+from duo.net import check_port, is_loopback
 from duo.session.config import ModelConfig, parse_pin
+from duo.supervisor.launch import exit_hook_server, public_url, supervise_lead
 from duo.supervisor.local_back import LocalBack, back_argv
 from duo.supervisor.supervise import WORKER_ENV
-
-if TYPE_CHECKING:
-    import uvicorn
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +171,7 @@ def cmd_lead(args: argparse.Namespace) -> int:
     if not args.verbose:  # one INFO line per request, drafters joining and leaving
         logging.getLogger("duo").setLevel(logging.INFO)
     if args.rpc and not worker:
-        return supervise_lead(args, tls)
+        return supervise_lead(args, tls, half_type)
     remote_draft = args.rpcd is not None  # drafted by a back of the lead's own
     config = lead_config(args, keys)
     models = config.models
@@ -195,7 +187,7 @@ def cmd_lead(args: argparse.Namespace) -> int:
         if local_back is not None:
             local += f" on rpc-servers {args.rpcd}"
             local_back.start()
-        url = _public_url(args.host, args.port, tls)
+        url = public_url(args.host, args.port, tls)
         print(f"duo lead: {models.main.name}{local} on {url} ({back_hint(url, keys)})", flush=True)
         lead = service.lead
         print(f"duo lead: {_slots_text(config, lead)}", flush=True)
@@ -210,7 +202,7 @@ def cmd_lead(args: argparse.Namespace) -> int:
             ssl_keyfile=tls.keyfile if tls else None,
             ssl_certfile=tls.certfile if tls else None,
         )
-        _server(service.feed.close, settings).run()
+        exit_hook_server(service.feed.close, settings).run()
     finally:
         if local_back is not None:
             local_back.close()
@@ -282,7 +274,7 @@ def _local_back(
     """--rpcd: the draft model drafts from a `duo back` of the lead's own (duo.supervisor.
     local_back), on loopback, with the lead's drafting settings and a key it accepts."""
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "localhost") else args.host
-    url = _public_url(host, args.port, tls)
+    url = public_url(host, args.port, tls)
     options = [
         "-t", str(models.draft_threads), "-c", str(args.ctx_size), "--parallel", str(args.parallel),
         "--max-ahead", str(args.max_ahead), "--fanout", str(args.fanout),
@@ -300,63 +292,6 @@ def _local_back(
     assert models.draft is not None
     argv = back_argv(url, str(models.draft), args.rpcd, draft_layers(args), options)
     return LocalBack(argv, env, f"the draft model on rpc-servers {args.rpcd}")
-
-
-def _public_url(host: str, port: int, tls: auth.ServerTls | None) -> str:
-    host = f"[{host}]" if ":" in host else host
-    return f"{'https' if tls else 'http'}://{host}:{port}"
-
-
-def _server(on_exit: Callable[[], None], config: uvicorn.Config) -> uvicorn.Server:
-    """A uvicorn server that calls on_exit when told to stop (Ctrl-C, SIGTERM), before it
-    waits for the open responses: the events feed's streams end then, not never."""
-    import uvicorn
-
-    class ExitHookServer(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            on_exit()
-            super().handle_exit(sig, frame)
-
-    return ExitHookServer(config)
-
-
-def supervise_lead(args: argparse.Namespace, tls: auth.ServerTls | None = None) -> int:
-    """The lead's model runs on rpc-servers: serve through a supervisor (duo.supervisor)."""
-    import uvicorn
-
-    from duo.supervisor.supervise import Served, Supervisor, Worker
-
-    check_endpoints(args.rpc)  # fail now, in one line, rather than in a restart loop
-    check_endpoints(args.rpcd, "--rpcd")
-    port = free_port()
-    show = functools.partial(print, flush=True)  # the worker's console, relayed as is
-    served = Served(_served_name(args), args.parallel, args.model_draft is not None)
-    supervisor = Supervisor(Worker(worker_argv(args.argv, port), port, show), served)
-    print(
-        f"duo lead: supervising the model's worker (rpc-servers {args.rpc}) "
-        f"on {_public_url(args.host, args.port, tls)}",
-        flush=True,
-    )
-    config = uvicorn.Config(
-        supervisor.app(),
-        host=args.host,
-        port=args.port,
-        log_level="warning",
-        ssl_keyfile=tls.keyfile if tls else None,
-        ssl_certfile=tls.certfile if tls else None,
-    )
-    uvicorn.Server(config).run()
-    return 0
-
-
-def _served_name(args: argparse.Namespace) -> str:
-    """The model's name as the lead gives it (--alias, else its file's stem), before it
-    loads: the default pair's main model, where none is given."""
-    if args.alias:
-        return str(args.alias)
-    if args.model:
-        return Path(args.model).stem
-    return get_pair(args.pair or DEFAULT_PAIR).path("main", half_type()).stem
 
 
 def cors_origins(text: str) -> tuple[str, ...]:
@@ -382,20 +317,3 @@ def back_hint(url: str, keys: auth.Keys) -> str:
     if keys.api:
         return f"{hint} --api-key-file FILE (an API key; or ${auth.API_KEY_ENV})"
     return hint
-
-
-def worker_argv(argv: Sequence[str], private_port: int) -> list[str]:
-    """Our own command line, bound to a private loopback port instead of the public one."""
-    out: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        if arg in ("--host", "--port"):
-            skip = True
-            continue
-        if arg.startswith(("--host=", "--port=")):
-            continue
-        out.append(arg)
-    return [sys.executable, "-m", "duo", *out, "--host", "127.0.0.1", "--port", str(private_port)]
