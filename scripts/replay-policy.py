@@ -12,7 +12,8 @@ fim-holdout, laid out as `duo lead`'s /infill lays them out with the editor pres
 costs on this machine (each size's median, duo.llama.calibrate.median_costs).
 Both are kept in --out, so a second run with the same --out replays at once: change the
 policy or the lookups, run it again, compare. Prints tokens per second for the lead's
-adaptive policy, the oracle (which knows the answer) and plain decoding.
+adaptive policy, the oracle (which knows the answer), plain decoding and a drafter
+that knows every answer (duo.bench.replay.known).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from duo.bench.harness import fim, workloads
 from duo.bench.harness.runners import prompt_tokens
 from duo.bench.harness.suite import load_prompts
-from duo.bench.replay import POLICIES, Request, replay
+from duo.bench.replay import POLICIES, Request, known, replay
 from duo.core.policy import CostModel
 from duo.core.rounds import Generation, run
 from duo.lead.native.infill import FIM_BATCH, FileChunk, infill_prompt
@@ -117,8 +118,9 @@ def main() -> None:
     requests = [Request(**r) for r in saved["requests"]]
     costs = CostModel({int(k): v for k, v in saved["seconds"].items()})
     print(f"{args.suite}: {len(requests)} requests, answers and costs in {out}")
-    for name in POLICIES:
-        r = replay(requests, costs, name, lookup_max=args.lookup_max)
+    replays = {name: replay(requests, costs, name, lookup_max=args.lookup_max) for name in POLICIES}
+    replays["known"] = known(requests, costs)  # a drafter that knows every answer
+    for name, r in replays.items():
         print(
             f"  {name:9s} {r.tokens_per_second:6.1f} tok/s: {r.tokens} tokens in "
             f"{r.seconds:6.2f} s, {r.rounds} rounds, {r.rejected} draft tokens rejected"

@@ -12,8 +12,10 @@ recorded answer's. A pass of n tokens costs what the cost table says.
 `Oracle` knows the answer: it verifies, each round, the proposal prefix that yields the
 most tokens per second. No chooser over the same proposals does better one round at a
 time, so it bounds what a better policy could gain over these lookups.
-`scripts/replay-policy.py` records a workload's answers with the real main model and
-prints the replay of the adaptive policy, the oracle and plain decoding.
+`known` bounds every drafter: one that knows each answer, costs nothing and drafts as
+much of it as pays, verified in the passes that cost least in all. `scripts/replay-policy.py`
+records a workload's answers with the real main model and prints the replay of the
+adaptive policy, the oracle, plain decoding and that bound.
 """
 
 from __future__ import annotations
@@ -173,3 +175,25 @@ def replay(
             g.end()
         tokens += g.produced
     return Replay(tokens, seconds, rounds, rejected)
+
+
+def known(requests: Sequence[Request], costs: CostModel, most: int = 128) -> Replay:
+    """A drafter that knows every answer and costs nothing: each answer (and its stop)
+    verified in the passes of at most `most` tokens that cost least in all, a pass of k
+    tokens yielding k of them; the first pass reads the prompt too, as in `replay`."""
+    tokens = rounds = 0
+    seconds = 0.0
+    for request in requests:
+        n, prompt = len(request.answer) + request.stopped, len(request.prompt)
+        # best[m]: the least seconds, and their passes, that yield the first m tokens
+        best = [(0.0, 0)] + [(float("inf"), 0)] * n
+        for m in range(1, n + 1):
+            for k in range(1, min(m, most) + 1):
+                before, passes = best[m - k]
+                cost = costs.cost(k + (prompt - 1 if m == k else 0))
+                if before + cost < best[m][0]:
+                    best[m] = (before + cost, passes + 1)
+        seconds += best[n][0]
+        rounds += best[n][1]
+        tokens += len(request.answer)
+    return Replay(tokens, seconds, rounds, 0)

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from duo.bench.replay import Request, replay
+from duo.bench.replay import Request, known, replay
 from duo.core.policy import CostModel
 
 # Passes of several tokens cost little more than one: drafts that are right pay.
@@ -32,3 +32,19 @@ def test_the_suffix_cache_remembers_earlier_requests() -> None:
     once = replay([request], COSTS).rounds
     assert once == len(QUOTE) + 1  # nothing to draft from
     assert replay([request, request], COSTS).rounds < once + once / 3
+
+
+def test_a_drafter_that_knows_the_answers_bounds_every_policy() -> None:
+    requests = [Request([1, *QUOTE, 2], [*QUOTE[:30], 3, *QUOTE[30:]], True)]
+    bound = known(requests, COSTS)
+    assert bound.tokens == 41
+    for policy in ("plain", "adaptive", "oracle"):
+        assert bound.seconds < replay(requests, COSTS, policy).seconds
+    assert bound.rounds == 1  # 42 tokens and the prompt cost less in one pass than in two
+
+
+def test_where_a_pass_costs_its_tokens_a_known_answer_is_no_faster() -> None:
+    linear = CostModel({1: 0.010, 2: 0.020, 64: 0.640, 256: 2.560})
+    requests = [Request([1, 2, 3], [7, 8, 9], True), Request([4, 5], [6, 6, 6, 6], False)]
+    plain = replay(requests, linear, "plain")
+    assert abs(known(requests, linear).seconds - plain.seconds) < 1e-9
