@@ -11,6 +11,8 @@ Modes:
     lead+back   `duo lead` and `duo back` as separate processes over loopback
     lead+back-default  the same as a user starts them on one machine: no threads or cores
                 given (the lead lends the back's threads while it drafts), n-gram lookup
+    lead-default  `duo lead` alone as a user starts it, with lead+back-default's sources: what
+                a back on the lead's machine costs or brings, over the same HTTP path
     lead+client `duo lead` and a drafter-driven client (seed 003's /verify), synchronous
     free-1, free-all, async+free, lead+back+free: with the free drafters (n-gram, suffix)
     llama.cpp*  llama.cpp's own binaries, same prompts and cores (duo.bench.harness.llamacpp)
@@ -81,9 +83,9 @@ def _model(mode: Mode) -> Opener:
     return lambda o: o.in_process(o.models, replace(o.spec, mode=mode, spec_types=MODEL_ONLY))
 
 
-def _lead_back(types: str, as_user: bool = False) -> Opener:
+def _lead_back(types: str, as_user: bool = False, back: bool = True) -> Opener:
     return lambda o: LeadBack(
-        o.label, o.models, o.spec, o.prompts, o.n, o.sampling, types, o.link, as_user
+        o.label, o.models, o.spec, o.prompts, o.n, o.sampling, types, o.link, as_user, back
     )
 
 
@@ -116,6 +118,7 @@ OWN: dict[str, Opener] = {
     "lead+back": _lead_back("model"),
     "lead+back+free": _lead_back("model,ngram"),  # no suffix: see LeadBack
     "lead+back-default": _lead_back("model,ngram", as_user=True),
+    "lead-default": _lead_back("model,ngram", as_user=True, back=False),
     "lead+client": _lead_client,
 }
 # llama.cpp's own binaries, when available (duo.bench.harness.llamacpp says which is whose peer)

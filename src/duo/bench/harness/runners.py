@@ -157,8 +157,9 @@ def _devices(spec: SpecConfig, models: ModelConfig) -> str:
 
 
 class LeadBack(Runner):
-    """lead+back(+free): `duo lead` and `duo back` as two processes on loopback. The lead's
-    suffix cache would remember a repeat's answers, so these modes leave it out."""
+    """lead+back(+free): `duo lead` and `duo back` as two processes on loopback (lead-default:
+    the lead alone). The lead's suffix cache would remember a repeat's answers, so these
+    modes leave it out."""
 
     def __init__(
         self,
@@ -171,14 +172,16 @@ class LeadBack(Runner):
         spec_types: str,
         link: Link = LOOPBACK,
         as_user: bool = False,
+        back: bool = True,
     ) -> None:
         """`as_user`: no threads or cores given to either, as a user starts them on one
-        machine (the lead lends the back threads while it drafts: duo.session.placement)."""
+        machine (the lead lends the back threads while it drafts: duo.session.placement);
+        `back`: False for the lead alone, with no drafter but its own free ones."""
         assert models.draft is not None
         self.mode = mode
         self.prompts, self.n, self.sampling = prompts, n, sampling
         placed = "threads as each chooses (a back's lent)" if as_user else _devices(spec, models)
-        self.devices = placed + " (2 processes)"
+        self.devices = placed + (" (2 processes)" if back else " (the lead alone)")
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         # the back reaches the lead across the link (a proxy, a namespace), if one is asked for
@@ -198,10 +201,12 @@ class LeadBack(Runner):
             back_cmd += ["--rpcd", models.rpcd]
         self.procs = [start_lead(models, spec, port, spec_types, as_user)]
         try:
-            self.procs.append(quiet(link.command(back_cmd)))
-            wait_ready(
-                lambda: httpx.get(f"{url}/health", timeout=2).json()["drafters"] > 0, self.procs[1]
-            )
+            if back:
+                self.procs.append(quiet(link.command(back_cmd)))
+                wait_ready(
+                    lambda: httpx.get(f"{url}/health", timeout=2).json()["drafters"] > 0,
+                    self.procs[1],
+                )
             self.client = httpx.Client(base_url=url, timeout=600)
             _complete(self.client, prompts[-1], min(n, 16), sampling)  # warm-up
             self.bytes_before = _wire_bytes(self.client)
