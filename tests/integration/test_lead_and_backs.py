@@ -8,7 +8,6 @@ works, errors are 4xx JSON) and concurrent clients are served correctly.
 from __future__ import annotations
 
 import http.server
-import json
 import random
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
+from duo import sse
 from duo.bench.net import netns
 from duo.bench.net.netns import FarHost
 from duo.channel import protocol as p
@@ -178,14 +178,11 @@ def stream_completion(
     body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "stream": True}
     with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=TIMEOUT) as r:
         assert r.status_code == 200, r.read()
-        for line in r.iter_lines():
-            if not line.startswith("data: "):
-                continue
-            data = line.removeprefix("data: ")
-            if data == "[DONE]":
+        for event in sse.iter_events(r.iter_lines()):
+            if event.data == sse.DONE:
                 out.done = True
                 break
-            chunk = json.loads(data)
+            chunk = event.json()
             assert "error" not in chunk, chunk
             out.chunks.append(chunk)
             out.times.append(time.monotonic())

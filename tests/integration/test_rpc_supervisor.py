@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from duo import sse
 from duo.lead.protocol.llama import Health
 
 from .conftest import Cluster, Proc, free_port, wait_until
@@ -59,11 +60,10 @@ def test_lead_survives_an_rpc_server_dying_mid_generation(
         body = {"prompt": PROMPT, "max_tokens": 2000, "temperature": 0, "stream": True}
         events = []
         with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=120) as r:
-            for line in r.iter_lines():
-                if line.startswith("data: "):
-                    events.append(line[6:])
-                    if len(events) == 20:
-                        servers[1].kill(signal.SIGKILL)
+            for event in sse.iter_events(r.iter_lines()):
+                events.append(event.data)
+                if len(events) == 20:
+                    servers[1].kill(signal.SIGKILL)
         assert events[-1] == "[DONE]"
         error = json.loads(events[-2])["error"]
         assert "interrupted" in error["message"] and error["code"] == "worker_died"

@@ -14,6 +14,8 @@ import httpx
 import openai
 import pytest
 
+from duo import sse
+
 from .conftest import Cluster, health, wait_until
 
 pytestmark = pytest.mark.integration
@@ -99,8 +101,8 @@ def test_a_cancelled_request_leaves_the_others_alone(cluster: Cluster) -> None:
         }
         chunks = 0
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as r:
-            for line in r.iter_lines():
-                chunks += line.startswith("data: ")
+            for _ in sse.iter_events(r.iter_lines()):
+                chunks += 1
                 if chunks == 5:
                     break
         return chunks
@@ -185,8 +187,7 @@ def test_a_slot_takes_a_prefix_another_slot_holds(cluster: Cluster, layout: str)
     count = system + "1, 2, 3, 4, 5, 6,"
     body = {"prompt": count, "max_tokens": 400, "temperature": 0, "stream": True}
     with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=300) as busy:
-        lines = busy.iter_lines()
-        next(line for line in lines if line.startswith("data: "))
+        next(sse.iter_events(busy.iter_lines()))
         wait_until(lambda: health(url)["slots_busy"] == 1, 30, "the prefix's slot busy")
         r = client.completions.create(
             model="duo", prompt=system + "Name a colour.", max_tokens=4, temperature=0

@@ -19,6 +19,8 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Playwright, sync_playwright
 
+from duo import sse
+
 from .conftest import Cluster, Proc, wait_until
 
 pytestmark = pytest.mark.integration
@@ -113,11 +115,7 @@ def chat(page: Page, text: str, sent: list[dict[str, Any]] | None = None) -> dic
     if sent is not None:
         sent.append(info.value.request.post_data_json)
     body = info.value.text()
-    chunks = [
-        json.loads(line[6:])
-        for line in body.splitlines()
-        if line.startswith("data: {") and '"timings"' in line
-    ]
+    chunks = [e.json() for e in sse.iter_events(body.splitlines()) if '"timings"' in e.data]
     assert chunks, body[-2000:]
     return chunks[-1]["timings"]  # type: ignore[no-any-return]
 

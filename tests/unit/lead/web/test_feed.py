@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,6 +12,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.websockets import WebSocket
 
+from duo import sse
 from duo.auth import Keys
 from duo.channel.backs import Backs, Remote
 from duo.channel.endpoint import _peer
@@ -75,8 +75,9 @@ def make_feed(backs: Backs, by_source: dict[str, SourceStats] | None = None) -> 
 
 
 def parse(data: bytes) -> tuple[str, dict[str, Any]]:
-    kind, payload = data.decode().split("\n")[:2]
-    return kind.removeprefix("event: "), json.loads(payload.removeprefix("data: "))
+    (event,) = sse.iter_events(data.decode().splitlines())
+    assert event.name is not None
+    return event.name, event.json()
 
 
 async def next_event(stream: AsyncIterator[bytes], kind: str) -> dict[str, Any]:
