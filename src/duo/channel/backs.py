@@ -49,6 +49,10 @@ class Remote:
     # looking, and why; set on the engine thread, read by the pages that show it
     state: BackState = "drafting"
     why: str = ""
+    # told to rest (Backs.rest): it hears no commits meanwhile, only how far each session's
+    # tokens stood when it last heard them, and is caught up when it drafts again
+    resting: bool = False
+    heard: dict[int, int] = field(default_factory=dict)  # by session; guarded by Backs' lock
 
     @property
     def source(self) -> str:
@@ -97,6 +101,9 @@ class Backs:
             self._live[session] = list(prompt)
             received = self._received[session] = Counter()
             self._send_all(p.Begin(session, tuple(prompt)))
+            for remote in self._remotes:
+                if remote.resting:
+                    remote.heard[session] = len(prompt)
             return session, received
 
     def _propose(self, session: int, committed: Sequence[int], limit: int) -> list[Proposal]:
@@ -121,8 +128,12 @@ class Backs:
                 return
             del committed[start:]
             committed.extend(tokens)
-            if self._remotes:  # (a message only where a back hears it)
-                self._send_all(p.Commit(session, start, tuple(tokens)))
+            msg = p.Commit(session, start, tuple(tokens))
+            for remote in self._remotes:  # (a message only where a back hears it)
+                if not remote.resting:
+                    remote.send(msg)
+                elif (heard := remote.heard.get(session)) is not None and start < heard:
+                    remote.heard[session] = start
 
     def _end(self, session: int) -> None:
         with self._lock:
@@ -131,9 +142,28 @@ class Backs:
             self._received.pop(session, None)
             self._send_all(p.End(session))
             for remote in self._remotes:
+                remote.heard.pop(session, None)
                 with remote.lock:
                     remote.drafts.pop(session, None)
                     remote.branches.pop(session, None)
+
+    def rest(self, remote: Remote, resting: bool) -> None:
+        """Tell a back to rest (REST) or to draft again. A resting back hears no commits,
+        which would wake it on every round for nothing (on the lead's machine, a wake-up
+        costs the main model's threads their core); before it drafts again, it hears in
+        one COMMIT per running session all that it missed. On the engine thread."""
+        with self._lock:
+            if resting == remote.resting:
+                return
+            if resting:
+                remote.heard = {session: len(c) for session, c in self._live.items()}
+            else:
+                for session, start in remote.heard.items():
+                    if (committed := self._live.get(session)) is not None:
+                        remote.send(p.Commit(session, start, tuple(committed[start:])))
+                remote.heard = {}
+            remote.resting = resting
+            remote.send(p.Rest(resting))
 
     def _send_all(self, msg: p.Message) -> None:
         for remote in self._remotes:

@@ -71,8 +71,9 @@ class BackDrafter:
         self.rest(False)
 
     def rest(self, resting: bool) -> None:
-        """The lead's REST: while resting the worker drafts for no session; it still hears
-        every commit, and catches up with them in one batch when it drafts again."""
+        """The lead's REST: while resting the worker drafts for no session; the lead sends
+        no commits meanwhile, and what it missed comes before it drafts again, which the
+        worker catches up with in one batch."""
         if resting != self.worker.held:
             self.worker.hold(resting)
             log.info("%s, as the lead asks", "resting" if resting else "drafting again")

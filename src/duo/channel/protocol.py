@@ -22,8 +22,10 @@ has at most 65536 tokens, else 4). Only token IDs and small integers cross the w
                                                                  position fork, then these from
                                                                  the branch's token `at` on;
                                                                  at 0 replaces the branch at fork)
-    lead -> back   REST     resting u8                          (1: draft nothing, keep up with
-                                                                 the commits; 0: draft again.
+    lead -> back   REST     resting u8                          (1: draft nothing; the lead sends
+                                                                 no COMMIT meanwhile; 0: draft
+                                                                 again, after a COMMIT per
+                                                                 session of what it missed.
                                                                  Since 4)
 
 A back drafts one token at a time, so most of its frames are APPENDs: 1 byte of header.

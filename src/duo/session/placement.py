@@ -7,9 +7,10 @@ weighed as duo.session.share weighs the in-process drafter (one CoreShare per ba
 rounds those of the back's source): over windows of emitted tokens, the passes as they
 were against what the main model alone would have taken for the same tokens. A back
 whose drafts do not pay is told to rest (REST, duo.channel.protocol): it drafts nothing
-and keeps up with the commits, and gets a look now and then (a back on another machine
-sooner than the in-process drafter: after `FIRST_LOOK` windows), at waits that double
-while its looks show no gain. A back is judged `JUDGED` tokens after it joins.
+and hears no commits (Backs.rest: it is caught up when it drafts again), and gets a look
+now and then (a back on another machine sooner than the in-process drafter: after
+`FIRST_LOOK` windows), at waits that double while its looks show no gain. A back is
+judged `JUDGED` tokens after it joins.
 
 A back that shares the machine and says how many threads it drafts on lends them to the
 main model while it rests, where the lead chose the main model's threads
@@ -27,7 +28,6 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from duo.channel import protocol as p
 from duo.channel.backs import Backs, BackState, Remote
 from duo.core.policy import CostModel
 from duo.core.rounds import Round
@@ -48,15 +48,14 @@ LOOKING: BackState = "looking"
 
 @dataclass(eq=False)
 class RemoteHold:
-    """A back as CoreShare holds it: REST frames, sent only when the state changes."""
+    """A back as CoreShare holds it: REST frames, sent only when the state changes
+    (Backs.rest, which also keeps a resting back from hearing every commit)."""
 
+    backs: Backs
     remote: Remote
-    held: bool = False
 
     def hold(self, held: bool) -> None:
-        if held != self.held:
-            self.held = held
-            self.remote.send(p.Rest(held))
+        self.backs.rest(self.remote, held)
 
 
 def shares_machine(remote: Remote) -> bool:
@@ -141,7 +140,7 @@ class BackPlacement:
             beside=local,
         )
         judge.costs = self.costs()
-        judge.start(RemoteHold(remote))
+        judge.start(RemoteHold(self.backs, remote))
         remote.state, remote.why = DRAFTING, "not judged yet"
         return judge
 

@@ -49,6 +49,53 @@ def test_every_running_generation_is_a_session_of_its_own() -> None:
     assert a.received() == {"back:early": 5} and b.received() == {"back:early": 1}
 
 
+def test_a_resting_back_hears_no_commits_and_is_caught_up_when_it_drafts_again() -> None:
+    backs = Backs()
+    sent = connect(backs, "beside")
+    remote = backs.remotes[0]
+    a = backs.source(0)
+    a.begin([1, 2, 3])
+    backs.rest(remote, True)
+    backs.rest(remote, True)  # already resting: nothing more is said
+    b = backs.source(1)
+    b.begin([7, 8])  # a generation begun while it rests: heard of, not followed
+    a.commit(3, [4, 5])
+    a.commit(5, [6])
+    b.commit(2, [9])
+    c = backs.source(2)
+    c.begin([5])
+    c.end()  # over while it rested: nothing to catch up with
+    assert sent[1:] == [
+        p.Rest(True),
+        p.Begin(b.session, (7, 8)),
+        p.Begin(c.session, (5,)),
+        p.End(c.session),
+    ]
+    del sent[:]
+    backs.rest(remote, False)  # what it missed, a COMMIT per running session, then REST
+    assert sent == [
+        p.Commit(a.session, 3, (4, 5, 6)),
+        p.Commit(b.session, 2, (9,)),
+        p.Rest(False),
+    ]
+    a.commit(6, [7])  # and every commit from then on
+    assert sent[-1] == p.Commit(a.session, 6, (7,))
+
+
+def test_a_commit_that_rewrites_what_a_resting_back_heard_is_caught_up_from_there() -> None:
+    backs = Backs()
+    sent = connect(backs, "beside")
+    remote = backs.remotes[0]
+    a = backs.source(0)
+    a.begin([1, 2, 3])
+    a.commit(3, [4, 5])
+    backs.rest(remote, True)
+    a.commit(4, [6, 7])  # position 4 rewritten: the back heard 5 there
+    del sent[:]
+    backs.rest(remote, False)
+    assert sent == [p.Commit(a.session, 4, (6, 7)), p.Rest(False)]
+
+
 class Outbox:
     def __init__(self) -> None:
         self.frames: list[p.Message] = []
