@@ -114,8 +114,13 @@ def stream_infill(
     http: httpx.Client, request: InfillRequest, n: int, sampling: SamplingParams, out: ClientFigures
 ) -> str:
     """One streamed fill-in-the-middle request (llama.cpp's /infill), as an editor sends it
-    but with its time limits off; its figures go to `out`; returns its text."""
-    body = {"n_predict": n, **request, "stream": True, **_sampling(sampling)}  # 0: a warm-up
+    but with its time limits off; its figures go to `out`; returns its text. A warm-up
+    (n_predict 0) is timed with the rest of the run but counts in no figure of a request:
+    llama-server samples a token for it, duo none, and its short prompt's first token
+    would pass for a completion's."""
+    body = {"n_predict": n, **request, "stream": True, **_sampling(sampling)}
+    if body["n_predict"] == 0:
+        return stream(http, "/infill", body, _native_piece).text
     return _timed(http, "/infill", body, out, _native_piece)
 
 

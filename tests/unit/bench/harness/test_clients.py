@@ -12,7 +12,7 @@ import pytest
 
 from duo.bench.harness import servers
 from duo.bench.harness.clients import ClientsReport, LoadResult, _variants, schedule
-from duo.bench.harness.traffic import ClientFigures, stream_completion
+from duo.bench.harness.traffic import ClientFigures, stream_completion, stream_infill
 from duo.core.sampling import GREEDY
 from duo.errors import GenerationFailed
 from duo.session.config import SpecConfig
@@ -77,6 +77,22 @@ def test_an_error_in_the_stream_fails_the_bench_instead_of_counting_a_short_answ
         pytest.raises(GenerationFailed, match="internal error: boom"),
     ):
         stream_completion(http, "hi", 8, GREEDY, ClientFigures())
+
+
+def test_a_warm_up_counts_in_no_request_s_figures() -> None:
+    """llama-server samples a token for an editor's warm-up (n_predict 0), duo none: its
+    first token would pass for a completion's time to first token."""
+    token = b'data: {"content": "x", "tokens": [7], "stop": false}\n\n'
+    end = b'data: {"content": "", "stop": true, "timings": {"predicted_n": 1}}\n\n'
+    transport = httpx.MockTransport(lambda _: httpx.Response(200, content=token + end))
+    out = ClientFigures()
+    with httpx.Client(base_url="http://lead", transport=transport) as http:
+        stream_infill(
+            http, {"input_prefix": "a", "input_suffix": "b", "n_predict": 0}, 8, GREEDY, out
+        )
+        assert (out.ttft, out.tokens) == ([], 0)
+        stream_infill(http, {"input_prefix": "a", "input_suffix": "b"}, 8, GREEDY, out)
+        assert (len(out.ttft), out.tokens) == (1, 1)
 
 
 def test_the_table_keeps_its_columns_for_long_server_names() -> None:
