@@ -187,7 +187,8 @@ def test_a_slot_takes_a_prefix_another_slot_holds(cluster: Cluster, layout: str)
     count = system + "1, 2, 3, 4, 5, 6,"
     body = {"prompt": count, "max_tokens": 400, "temperature": 0, "stream": True}
     with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=300) as busy:
-        next(sse.iter_events(busy.iter_lines()))
+        events = sse.iter_events(busy.iter_lines())  # held: dropped, it would end the stream
+        next(events)
         wait_until(lambda: health(url)["slots_busy"] == 1, 30, "the prefix's slot busy")
         r = client.completions.create(
             model="duo", prompt=system + "Name a colour.", max_tokens=4, temperature=0

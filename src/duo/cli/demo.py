@@ -99,17 +99,12 @@ def table(modes: list[ModeResult]) -> str:
     ]
     for m in modes:
         vs = m.tokens_per_second / alone if alone else 0.0
-        drafted = _drafted_rounds(m)
+        drafted = m.drafted_rounds or 0.0
         accept = f"{m.acceptance_rate:.2f}" if drafted else "-"
         rows.append(
             f"{m.mode:12} {m.tokens_per_second:7.1f} {vs:13.2f}x {accept:>11} {drafted:14.0%}"
         )
     return "\n".join(rows)
-
-
-def _drafted_rounds(m: ModeResult) -> float:
-    """The share of the mode's rounds that verified a draft."""
-    return sum(1 for drafted, _ in m.trace if drafted) / len(m.trace) if m.trace else 0.0
 
 
 def reasons(modes: list[ModeResult]) -> list[str]:

@@ -59,6 +59,7 @@ class Stats:
     prefill_seconds: float = 0.0
     tokens: int = 0
     rounds: int = 0
+    rounds_drafted: int = 0  # of which verified a draft
     drafted: int = 0
     accepted: int = 0
     decode_seconds: float = 0.0  # wall time of all rounds
@@ -77,6 +78,7 @@ class Stats:
     def add(self, r: Round) -> None:
         self.tokens += len(r.tokens)
         self.rounds += 1
+        self.rounds_drafted += r.drafted > 0
         self.drafted += r.drafted
         self.accepted += r.accepted
         self.decode_seconds += r.seconds
@@ -100,6 +102,7 @@ class Stats:
         self.prefill_seconds += other.prefill_seconds
         self.tokens += other.tokens
         self.rounds += other.rounds
+        self.rounds_drafted += other.rounds_drafted
         self.drafted += other.drafted
         self.accepted += other.accepted
         self.decode_seconds += other.decode_seconds

@@ -28,6 +28,7 @@ class ModeResult:
     # rounds after a rejection, and the fraction of them (and of those after a full
     # acceptance) that found a usable draft ready when planned; None without drafts
     rounds_after_rejection: int = 0
+    drafted_rounds: float | None = None  # the share of rounds that verified a draft
     ready_after_rejection: float | None = None
     ready_after_acceptance: float | None = None
     # lead+back: the lead process's CPU time outside the main model's passes (event loop,

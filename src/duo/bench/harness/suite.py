@@ -114,6 +114,7 @@ def _summarise(mode: str, runs: list[list[Stats]], ttfts: list[float], devices: 
         pass_ms_per_token=per_token(total.llama_seconds),
         outside_pass_ms_per_token=per_token(total.decode_seconds - total.llama_seconds),
         rounds_after_rejection=total.readiness("rejection").rounds,
+        drafted_rounds=total.rounds_drafted / total.rounds if total.rounds else None,
         ready_after_rejection=total.readiness("rejection").fraction,
         ready_after_acceptance=total.readiness("acceptance").fraction,
         devices=devices,

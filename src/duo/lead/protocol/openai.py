@@ -73,6 +73,7 @@ class Timings(TypedDict):
     acceptance_rate: float
     mean_acceptance_length: float
     rounds: int
+    rounds_drafted: Annotated[int, Meta(description="rounds that verified a draft")]
     rounds_after_rejection: Annotated[
         int, Meta(description="rounds after one that rejected a draft token")
     ]
@@ -282,6 +283,7 @@ def timings(s: Stats) -> Timings:
         "acceptance_rate": s.acceptance_rate,
         "mean_acceptance_length": s.mean_acceptance_length,
         "rounds": s.rounds,
+        "rounds_drafted": s.rounds_drafted,
         "rounds_after_rejection": s.readiness("rejection").rounds,
         "ready_after_rejection": s.readiness("rejection").ready,
         "rounds_after_acceptance": s.readiness("acceptance").rounds,
