@@ -122,9 +122,10 @@ def reasons(modes: list[ModeResult]) -> list[str]:
     back = by_mode["lead+back"]
     if back.tokens_per_second < alone:
         lines.append(
-            f"lead+back is {back.tokens_per_second / alone:.2f}x: its back shares this "
-            "machine's cores with the lead, which rests it where its drafts do not pay and "
-            "looks again now and then; on a device of its own it costs the lead nothing. "
-            f"See {WHY}."
+            f"lead+back is {back.tokens_per_second / alone:.2f}x: its back takes one of this "
+            "machine's cores, which the main model alone had, and the lead verifies its "
+            f"drafts only where a batch is worth its cost here ({back.drafted_rounds or 0:.0%} "
+            "of the rounds), resting it where they do not pay; on a device of its own a back "
+            f"costs the lead nothing. See {WHY}."
         )
     return lines

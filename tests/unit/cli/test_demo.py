@@ -4,7 +4,7 @@ the share of its rounds that verified a draft, for in-process modes and a lead's
 from __future__ import annotations
 
 from duo.bench.harness.report import ModeResult
-from duo.cli.demo import table
+from duo.cli.demo import reasons, table
 from duo.core.rounds import Round
 from duo.core.stats import Stats
 
@@ -37,3 +37,11 @@ def test_the_table_shows_each_mode_s_drafted_rounds_from_its_counts() -> None:
     rows = {line.split()[0]: line.split() for line in table(modes).splitlines()[1:]}
     assert rows["lead+back"][2:] == ["0.75x", "0.50", "60%"]  # a lead's, from its timings
     assert rows["default"][2:] == ["1.10x", "-", "0%"]
+
+
+def test_a_slower_lead_and_back_says_why_and_how_often_its_drafts_were_verified() -> None:
+    modes = [mode("target-all", 80.0), mode("default", 88.0), mode("lead+back", 60.0, 0.8, 0.42)]
+    (line,) = reasons(modes)
+    assert line.startswith("lead+back is 0.75x") and "42% of the rounds" in line
+    assert "docs/placement.md" in line
+    assert reasons([mode("target-all", 80.0), mode("default", 88.0), mode("lead+back", 90.0)]) == []
