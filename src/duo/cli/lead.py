@@ -4,6 +4,7 @@ with --rpc; with a back of its own with --rpcd)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import sys
@@ -171,7 +172,7 @@ def cmd_lead(args: argparse.Namespace) -> int:
     if not args.verbose:  # one INFO line per request, drafters joining and leaving
         logging.getLogger("duo").setLevel(logging.INFO)
     if args.rpc and not worker:
-        return supervise_lead(args, tls, half_type)
+        return supervise_lead(args, tls, half_type, functools.partial(print, flush=True))
     remote_draft = args.rpcd is not None  # drafted by a back of the lead's own
     config = lead_config(args, keys)
     models = config.models

@@ -5,7 +5,6 @@ public address, the lead itself its worker on a private loopback port."""
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -40,10 +39,14 @@ def exit_hook_server(on_exit: Callable[[], None], config: uvicorn.Config) -> uvi
 
 
 def supervise_lead(
-    args: argparse.Namespace, tls: auth.ServerTls | None, half: Callable[[], str]
+    args: argparse.Namespace,
+    tls: auth.ServerTls | None,
+    half: Callable[[], str],
+    show: Callable[[str], object],
 ) -> int:
     """The lead's model runs on rpc-servers: serve through a supervisor (duo.supervisor).
-    `half`: the 16-bit type of a pair's main model, as the command reads it."""
+    `half`: the 16-bit type of a pair's main model, as the command reads it; `show`: the
+    console, which hears the supervisor's first line and the worker's, relayed as is."""
     import uvicorn
 
     from duo.supervisor.supervise import Served, Supervisor, Worker
@@ -51,13 +54,11 @@ def supervise_lead(
     check_endpoints(args.rpc)  # fail now, in one line, rather than in a restart loop
     check_endpoints(args.rpcd, "--rpcd")
     port = free_port()
-    show = functools.partial(print, flush=True)  # the worker's console, relayed as is
     served = Served(_served_name(args, half), args.parallel, args.model_draft is not None)
     supervisor = Supervisor(Worker(worker_argv(args.argv, port), port, show), served)
-    print(
+    show(
         f"duo lead: supervising the model's worker (rpc-servers {args.rpc}) "
-        f"on {public_url(args.host, args.port, tls)}",
-        flush=True,
+        f"on {public_url(args.host, args.port, tls)}"
     )
     config = uvicorn.Config(
         supervisor.app(),
