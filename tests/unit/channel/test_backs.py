@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import cast
 
 from duo.channel import protocol as p
-from duo.channel.backs import Backs, Remote
+from duo.channel.backs import Backs, BackSession, Remote
 from duo.channel.drafting import BackDrafter
 from duo.core.draft import Draft
 from duo.llama.backend import Model
@@ -49,12 +49,18 @@ def test_every_running_generation_is_a_session_of_its_own() -> None:
     assert a.received() == {"back:early": 5} and b.received() == {"back:early": 1}
 
 
-def test_a_resting_back_hears_no_commits_and_is_caught_up_when_it_drafts_again() -> None:
+def one_back_one_session() -> tuple[Backs, list[p.Message], Remote, BackSession]:
+    """A back that has heard a generation begin: the backs, what it was sent, it, and the
+    generation's session."""
     backs = Backs()
     sent = connect(backs, "beside")
-    remote = backs.remotes[0]
     a = backs.source(0)
     a.begin([1, 2, 3])
+    return backs, sent, backs.remotes[0], a
+
+
+def test_a_resting_back_hears_no_commits_and_is_caught_up_when_it_drafts_again() -> None:
+    backs, sent, remote, a = one_back_one_session()
     backs.rest(remote, True)
     backs.rest(remote, True)  # already resting: nothing more is said
     b = backs.source(1)
@@ -83,11 +89,7 @@ def test_a_resting_back_hears_no_commits_and_is_caught_up_when_it_drafts_again()
 
 
 def test_a_commit_that_rewrites_what_a_resting_back_heard_is_caught_up_from_there() -> None:
-    backs = Backs()
-    sent = connect(backs, "beside")
-    remote = backs.remotes[0]
-    a = backs.source(0)
-    a.begin([1, 2, 3])
+    backs, sent, remote, a = one_back_one_session()
     a.commit(3, [4, 5])
     backs.rest(remote, True)
     a.commit(4, [6, 7])  # position 4 rewritten: the back heard 5 there

@@ -312,7 +312,7 @@ def _complete(
         prefill_seconds=timings["prompt_ms"] / 1000,
         tokens=timings["predicted_n"],
         rounds=timings["rounds"],
-        rounds_drafted=timings.get("rounds_drafted", 0),
+        rounds_drafted=timings["rounds_drafted"],
         drafted=timings["draft_n"],
         accepted=timings["draft_n_accepted"],
         decode_seconds=timings["predicted_ms"] / 1000,
